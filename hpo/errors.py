@@ -1,0 +1,35 @@
+"""The one exception tree of hpo: the CLI catches HpoError, prints one line, exits."""
+
+from __future__ import annotations
+
+
+class HpoError(Exception):
+    """Root of every error hpo raises on purpose; str() is the one line a user sees."""
+
+    exit_code = 1
+
+
+class ConfigError(HpoError):
+    """The experiment YAML (or a value passed for it) is invalid."""
+
+    exit_code = 2
+
+    def __init__(self, source: str, path: str, message: str, hint: str = "") -> None:
+        self.source, self.path, self.message, self.hint = source, path, message, hint
+        where = f"{path}: " if path else ""
+        tail = f" Hint: {hint}" if hint else ""
+        super().__init__(f"{source}: {where}{message}.{tail}".replace("..", "."))
+
+
+class TrainableImportError(ConfigError):
+    """The `trainable:` entry names a function that cannot be imported."""
+
+
+class ExperimentError(HpoError):
+    """An experiment folder is missing, unreadable or not an hpo experiment."""
+
+    exit_code = 2
+
+
+class RunError(HpoError):
+    """The run itself failed: trials errored, nothing reported the metric, no resources."""

@@ -1,0 +1,84 @@
+"""An embedded Ray private to one run: its own temp dir, token and no dashboard.
+
+Token auth is on with a per-run token in a 0600 file (so other users on a shared login node
+cannot attach), and nothing is written to ~/.ray (which would flip later `ray start`s of the
+same user into token mode). Ray's own log lines go to the experiment's log file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AIR_NEW_OUTPUT")
+
+
+@contextlib.contextmanager
+def _private_env(run_dir: Path) -> Iterator[None]:
+    token = run_dir / "auth_token"
+    token.touch(mode=0o600)
+    token.write_text(secrets.token_hex(32))
+    saved = {k: os.environ.get(k) for k in _ENV}
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
+                      RAY_AIR_NEW_OUTPUT="0")  # legacy reporter: silent at verbose=0
+    _reload_ray_auth_settings()
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _reload_ray_auth_settings()
+
+
+def _reload_ray_auth_settings() -> None:
+    # Ray caches its config and token when first imported; re-read the environment, as
+    # Ray's own `ray.init` does when it turns token auth on.
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+def _log_ray_to(log_file: Path) -> None:
+    """Send the driver's Ray log records to the run's log file instead of the terminal."""
+    handler = logging.FileHandler(log_file)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("ray", "ray.tune", "ray.train", "ray.data"):
+        logger = logging.getLogger(name)
+        for old in list(logger.handlers):
+            if isinstance(old, logging.StreamHandler) and not isinstance(
+                    old, logging.FileHandler):
+                logger.removeHandler(old)
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+@contextlib.contextmanager
+def embedded_ray(log_file: Path, num_cpus: int | None = None,
+                 num_gpus: int | None = None) -> Iterator[dict[str, float]]:
+    """Start a private local Ray, yield its resources, shut it down and remove its files."""
+    import ray
+
+    run_dir = Path(tempfile.mkdtemp(prefix="hpo-", dir="/tmp"))  # short: AF_UNIX path limit
+    run_dir.chmod(0o700)
+    try:
+        with _private_env(run_dir):
+            ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                     _temp_dir=str(run_dir), log_to_driver=False,
+                     logging_level=logging.WARNING)
+            _log_ray_to(log_file)
+            try:
+                yield ray.cluster_resources()
+            finally:
+                ray.shutdown()
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)

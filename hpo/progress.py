@@ -1,0 +1,90 @@
+"""A compact live view of a run (trial states, best so far, elapsed), as a Tune callback.
+
+It redraws in place at most twice a second on a terminal; elsewhere (CI logs, pipes) Rich
+prints only the final view. The callback pickles without its console, because Tune stores
+callbacks in the experiment folder and `hpo resume` brings them back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from ray.tune import Callback
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+_SHOWN_RUNNING = 8
+
+
+class LiveProgress(Callback):
+    def __init__(self, metric: str, mode: str, total: int) -> None:
+        self.metric, self.mode, self.total = metric, mode, total
+        self._reset()
+
+    def _reset(self) -> None:
+        self._live: Live | None = None
+        self._start = time.monotonic()
+        self._drawn = 0.0
+        self._best: tuple[float, str, dict[str, Any]] | None = None
+        self._latest: dict[str, dict[str, Any]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"metric": self.metric, "mode": self.mode, "total": self.total}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def setup(self, **info: Any) -> None:
+        self._live = Live(console=Console(stderr=True), auto_refresh=False, transient=False)
+        self._live.start()
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,
+                        **info: Any) -> None:
+        self._latest[trial.trial_id] = result
+        value = result.get(self.metric)
+        if isinstance(value, (int, float)) and (self._best is None or self._better(value)):
+            self._best = (float(value), trial.trial_id, dict(trial.config))
+
+    def _better(self, value: float) -> bool:
+        best = self._best[0]  # type: ignore[index]
+        return value > best if self.mode == "max" else value < best
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        if self._live and time.monotonic() - self._drawn > 0.5:
+            self._draw(trials)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        if self._live:
+            self._draw(trials)
+            self._live.stop()
+            self._live = None
+
+    def _draw(self, trials: list) -> None:
+        self._drawn = time.monotonic()
+        self._live.update(self._render(trials), refresh=True)  # type: ignore[union-attr]
+
+    def _render(self, trials: list) -> Group:
+        states = Counter(t.status for t in trials)
+        elapsed = time.monotonic() - self._start
+        head = Text(f"{len(trials)}/{self.total} trials  " + "  ".join(
+            f"{s.lower()} {n}" for s, n in sorted(states.items())) + f"  elapsed {elapsed:.0f}s")
+        best = "best: none yet" if self._best is None else (
+            f"best {self.metric} {self._best[0]:.4g} (trial {self._best[1]}) {self._best[2]}")
+        table = Table("trial", "iter", self.metric, "config", box=None, pad_edge=False)
+        for trial in [t for t in trials if t.status == "RUNNING"][:_SHOWN_RUNNING]:
+            result = self._latest.get(trial.trial_id, {})
+            value = result.get(self.metric)
+            table.add_row(trial.trial_id, str(result.get("training_iteration", 0)),
+                          f"{value:.4g}" if isinstance(value, (int, float)) else "-",
+                          _short(trial.config))
+        return Group(head, Text(best, style="bold"), table)
+
+
+def _short(config: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in config.items())[:80]

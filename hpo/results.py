@@ -1,0 +1,103 @@
+"""Results of an experiment folder as a pandas DataFrame, read from files alone (no Ray).
+
+Works while the experiment runs, after it was moved, and after the driver died: trial
+states come from Tune's latest experiment snapshot, curves from each trial's result.json.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from hpo.errors import ExperimentError
+
+SPEC_FILE = "hpo-spec.yaml"
+
+
+def _snapshot(exp_dir: Path) -> dict[str, Any]:
+    states = sorted(exp_dir.glob("experiment_state-*.json"))
+    if not states:
+        raise ExperimentError(f"{exp_dir}: not an experiment folder (no experiment_state-*.json)."
+                              " Hint: pass <storage>/<name> of an `hpo run`")
+    return json.loads(states[-1].read_text())
+
+
+def saved_spec(exp_dir: Path) -> dict[str, Any]:
+    """The spec an experiment was started with (written by `hpo run`)."""
+    path = exp_dir / SPEC_FILE
+    if not path.is_file():
+        raise ExperimentError(f"{exp_dir}: no {SPEC_FILE} here. Hint: pass the folder that "
+                              "`hpo run` printed (<storage>/<name>)")
+    return yaml.safe_load(path.read_text())
+
+
+def _curve(trial_dir: Path) -> list[dict[str, Any]]:
+    path = trial_dir / "result.json"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _row(trial: dict[str, Any], exp_dir: Path, metric: str, mode: str) -> dict[str, Any]:
+    curve = _curve(exp_dir / trial["relative_logdir"])
+    values = [r[metric] for r in curve if isinstance(r.get(metric), (int, float))]
+    pick = max if mode == "max" else min
+    last = curve[-1] if curve else {}
+    row = {"trial_id": trial["trial_id"], "status": trial["status"]}
+    row.update({f"config/{k}": v for k, v in _flat(trial["config"]).items()})
+    row.update({
+        f"last_{metric}": values[-1] if values else None,
+        f"best_{metric}": pick(values) if values else None,
+        "iterations": last.get("training_iteration", 0),
+        "time_total_s": last.get("time_total_s"),
+        "hostname": last.get("hostname"),
+        "path": str(exp_dir / trial["relative_logdir"]),
+    })
+    return row
+
+
+def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def load_results(exp_dir: str | Path) -> pd.DataFrame:
+    """One row per trial, best first: config/*, last_/best_<metric>, iterations, status..."""
+    exp_dir = Path(exp_dir).resolve()
+    if not exp_dir.is_dir():
+        raise ExperimentError(f"{exp_dir}: no such folder. Hint: check the path")
+    spec = saved_spec(exp_dir)
+    metric, mode = spec["metric"], spec["mode"]
+    trials = [json.loads(pair[0]) for pair in _snapshot(exp_dir)["trial_data"]]
+    frame = pd.DataFrame([_row(t, exp_dir, metric, mode) for t in trials])
+    if frame.empty:
+        return frame
+    best = f"best_{metric}"
+    frame = frame.sort_values(best, ascending=mode == "min", na_position="last", kind="stable")
+    frame.attrs.update(metric=metric, mode=mode, name=spec["name"])
+    return frame.reset_index(drop=True)
+
+
+def best_config(frame: pd.DataFrame) -> dict[str, Any]:
+    """The config of the best trial (first row), nested back as the trainable saw it."""
+    if frame.empty or pd.isna(frame.iloc[0][f"best_{frame.attrs['metric']}"]):
+        raise ExperimentError("no trial reported the metric yet. Hint: wait for the first "
+                              "results, or check the trials' error.txt files")
+    config: dict[str, Any] = {}
+    for column, value in frame.iloc[0].items():
+        if str(column).startswith("config/"):
+            *parents, leaf = str(column).removeprefix("config/").split("/")
+            node = config
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value.item() if hasattr(value, "item") else value
+    return config

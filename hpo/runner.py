@@ -1,0 +1,143 @@
+"""Spec -> Ray Tune objects -> a run (fresh or resumed) -> results as pandas."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+import yaml
+
+from hpo.errors import ConfigError, ExperimentError, RunError
+from hpo.local_ray import embedded_ray
+from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
+from hpo.spec import Spec
+from hpo.trainable import load_trainable, with_session
+from hpo.yaml_io import load_spec, spec_from_dict
+
+LOG_FILE = "hpo.log"
+
+
+@dataclass
+class RunResult:
+    """What a finished (or stopped) run leaves: its folder, its table and the winner."""
+
+    path: Path
+    dataframe: pd.DataFrame
+    best_config: dict[str, Any] = field(default_factory=dict)
+    errors: int = 0
+
+
+def _as_spec(spec: Spec | dict[str, Any] | str | Path) -> tuple[Spec, str]:
+    if isinstance(spec, Spec):
+        return spec, "<spec>"
+    if isinstance(spec, dict):
+        return spec_from_dict(spec), "<dict>"
+    return load_spec(spec), str(spec)
+
+
+def _trainable(spec: Spec, source: str) -> Any:
+    from ray import tune
+
+    func = with_session(load_trainable(spec.trainable, source), spec.checkpoint.frequency)
+    need = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
+    return tune.with_resources(func, need)
+
+
+def _check_fits(spec: Spec, source: str, cluster: dict[str, float]) -> None:
+    """Fail fast (instead of Tune waiting forever) when one trial needs more than exists."""
+    for key, need in (("CPU", spec.resources.cpus_per_trial),
+                      ("GPU", spec.resources.gpus_per_trial)):
+        have = cluster.get(key, 0.0)
+        if need > have:
+            raise ConfigError(source, f"resources.{key.lower()}s_per_trial",
+                              f"one trial needs {need:g} {key}s but the cluster has {have:g}",
+                              "lower it, or run on a node/allocation that has them")
+
+
+def _tuner(spec: Spec, trainable: Any, exp_dir: Path) -> Any:
+    from ray import tune
+
+    from hpo.progress import LiveProgress
+
+    tune_config = tune.TuneConfig(
+        metric=spec.metric, mode=spec.mode, num_samples=spec.num_samples,
+        max_concurrent_trials=spec.max_concurrent, reuse_actors=spec.reuse_actors,
+        scheduler=spec.scheduler.build(), search_alg=spec.search.build(spec.metric, spec.mode),
+        time_budget_s=spec.time_budget_s,
+    )
+    run_config = tune.RunConfig(
+        name=exp_dir.name, storage_path=str(exp_dir.parent), stop=spec.stop or None,
+        verbose=0, log_to_file=True,
+        callbacks=[LiveProgress(spec.metric, spec.mode, spec.num_samples)],
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoint.keep),
+        failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
+    )
+    return tune.Tuner(trainable, param_space=spec.param_space(), tune_config=tune_config,
+                      run_config=run_config)
+
+
+@contextlib.contextmanager
+def _ray_for(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None) -> Iterator[None]:
+    with embedded_ray(exp_dir / LOG_FILE, num_cpus=num_cpus) as cluster:
+        _check_fits(spec, source, cluster)
+        yield
+
+
+def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
+        name: str | None = None, num_cpus: int | None = None) -> RunResult:
+    """Run an experiment on an embedded Ray; the folder is `<storage>/<name>`.
+
+    Example:
+        >>> result = hpo.run("search_spaces/digits-asha.yaml", storage="/tmp/r")
+        >>> result.best_config
+    """
+    spec, source = _as_spec(spec)
+    trainable = _trainable(spec, source)  # import errors before anything starts
+    exp_dir = Path(storage or spec.storage).expanduser().resolve() / (name or spec.name)
+    if (exp_dir / SPEC_FILE).exists():
+        raise ExperimentError(f"{exp_dir}: an experiment already exists here. Hint: "
+                              f"`hpo resume {exp_dir}` continues it; --name starts another")
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    with _ray_for(spec, source, exp_dir, num_cpus):
+        (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec), sort_keys=False))
+        _tuner(spec, trainable, exp_dir).fit()
+    return _outcome(exp_dir)
+
+
+def _portable(spec: Spec) -> dict[str, Any]:
+    """The spec as YAML data, with a file trainable made absolute so resume finds it."""
+    data = spec.model_dump(mode="json")
+    target, _, func = spec.trainable.rpartition(":")
+    if target.endswith(".py"):
+        data["trainable"] = f"{Path(target).resolve()}:{func}"
+    return data
+
+
+def resume(experiment_dir: str | Path, *, num_cpus: int | None = None) -> RunResult:
+    """Continue an interrupted experiment: finished trials stay, unfinished ones continue
+    from their last checkpoint, errored ones are retried."""
+    from ray import tune
+
+    exp_dir = Path(experiment_dir).expanduser().resolve()
+    source = str(exp_dir / SPEC_FILE)
+    spec = spec_from_dict(saved_spec(exp_dir), source)
+    trainable = _trainable(spec, source)
+    with _ray_for(spec, source, exp_dir, num_cpus):
+        tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
+                                   resume_errored=True)
+        tuner.fit()
+    return _outcome(exp_dir)
+
+
+def _outcome(exp_dir: Path) -> RunResult:
+    frame = load_results(exp_dir)
+    metric = frame.attrs.get("metric", "")
+    errors = int((frame["status"] == "ERROR").sum()) if not frame.empty else 0
+    if frame.empty or frame[f"best_{metric}"].isna().all():
+        raise RunError(f"{exp_dir}: no trial reported the metric '{metric}'. Hint: the trainable "
+                       f"must call hpo.report({{'{metric}': ...}}); see the trials' error.txt "
+                       f"and {LOG_FILE}")
+    return RunResult(exp_dir, frame, best_config(frame), errors)

@@ -1,0 +1,160 @@
+"""Scheduler adapters: one small model per YAML `scheduler.type`, each builds Ray's object.
+
+Options keep Ray's names; defaults use `training_iteration` as the time axis everywhere so
+that `max_t`, `grace_period` and `perturbation_interval` all count epochs (reports).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from hpo.distributions import Distribution
+from hpo.validation import FieldProblem, Strict
+
+TimeAttr = Literal["training_iteration", "time_total_s"]
+
+
+class _Scheduler(Strict):
+    def build(self) -> Any:  # pragma: no cover - every subclass overrides
+        raise NotImplementedError
+
+
+class Fifo(_Scheduler):
+    """Run every trial to its stop condition (no early stopping)."""
+
+    type: Literal["fifo"]
+
+    def build(self) -> Any:
+        from ray.tune.schedulers import FIFOScheduler
+
+        return FIFOScheduler()
+
+
+class Asha(_Scheduler):
+    """Asynchronous successive halving (ASHA)."""
+
+    type: Literal["asha"]
+    time_attr: TimeAttr = "training_iteration"
+    max_t: PositiveInt = 100
+    grace_period: PositiveInt = 1
+    reduction_factor: Annotated[float, Field(gt=1)] = 4
+    brackets: PositiveInt = 1
+    stop_last_trials: bool = True
+
+    @model_validator(mode="after")
+    def _grace_within_max_t(self) -> Asha:
+        if self.grace_period > self.max_t:
+            raise FieldProblem("grace_period", f"must be <= max_t (got {self.grace_period} > "
+                               f"{self.max_t})", "lower grace_period or raise max_t")
+        return self
+
+    def build(self) -> Any:
+        from ray.tune.schedulers import ASHAScheduler
+
+        return ASHAScheduler(**self.model_dump(exclude={"type"}))
+
+
+class HyperBand(_Scheduler):
+    """Synchronous HyperBand; every bracket waits for its slowest trial."""
+
+    type: Literal["hyperband"]
+    time_attr: TimeAttr = "training_iteration"
+    max_t: PositiveInt = 81
+    reduction_factor: Annotated[float, Field(gt=1)] = 3
+    stop_last_trials: bool = True
+
+    def build(self) -> Any:
+        from ray.tune.schedulers import HyperBandScheduler
+
+        return HyperBandScheduler(**self.model_dump(exclude={"type"}))
+
+
+class Median(_Scheduler):
+    """Median stopping rule: stop trials worse than the median of the others so far."""
+
+    type: Literal["median"]
+    time_attr: TimeAttr = "training_iteration"
+    grace_period: Annotated[float, Field(ge=0)] = 1
+    min_samples_required: PositiveInt = 3
+    min_time_slice: Annotated[float, Field(ge=0)] = 0
+    hard_stop: bool = True
+
+    def build(self) -> Any:
+        from ray.tune.schedulers import MedianStoppingRule
+
+        return MedianStoppingRule(**self.model_dump(exclude={"type"}))
+
+
+def _check_mutations(mutations: dict[str, Distribution]) -> None:
+    if not mutations:
+        raise FieldProblem("hyperparam_mutations", "needs at least one hyperparameter",
+                           "e.g. hyperparam_mutations: {lr: {loguniform: [1.0e-4, 1.0e-1]}}")
+    for name, dist in mutations.items():
+        if dist.kind == "grid":
+            raise FieldProblem(f"hyperparam_mutations.{name}", "grid cannot be mutated",
+                               "use choice")
+
+
+class Pbt(_Scheduler):
+    """Population based training: clone the best trials' checkpoints and perturb them."""
+
+    type: Literal["pbt"]
+    time_attr: TimeAttr = "training_iteration"
+    perturbation_interval: PositiveFloat = 4
+    burn_in_period: Annotated[float, Field(ge=0)] = 0
+    hyperparam_mutations: dict[str, Distribution]
+    quantile_fraction: Annotated[float, Field(ge=0, le=0.5)] = 0.25
+    resample_probability: Annotated[float, Field(ge=0, le=1)] = 0.25
+    perturbation_factors: tuple[PositiveFloat, PositiveFloat] = (1.2, 0.8)
+    synch: bool = False
+
+    @model_validator(mode="after")
+    def _mutations_usable(self) -> Pbt:
+        _check_mutations(self.hyperparam_mutations)
+        return self
+
+    def build(self) -> Any:
+        from ray.tune.schedulers import PopulationBasedTraining
+
+        options = self.model_dump(exclude={"type", "hyperparam_mutations"})
+        mutations = {k: _mutation(d) for k, d in self.hyperparam_mutations.items()}
+        return PopulationBasedTraining(hyperparam_mutations=mutations, **options)
+
+
+def _mutation(dist: Distribution) -> Any:
+    # PBT perturbs a list by moving to a neighbouring value: keep choices ordered as written.
+    return list(dist.args) if dist.kind == "choice" else dist.to_tune()
+
+
+class Pb2(_Scheduler):
+    """PB2: PBT whose explore step is a GP bandit over continuous bounds."""
+
+    type: Literal["pb2"]
+    time_attr: TimeAttr = "training_iteration"
+    perturbation_interval: PositiveFloat = 4
+    hyperparam_mutations: dict[str, Distribution]
+    quantile_fraction: Annotated[float, Field(ge=0, le=0.5)] = 0.25
+    synch: bool = False
+
+    @model_validator(mode="after")
+    def _bounds_only(self) -> Pb2:
+        _check_mutations(self.hyperparam_mutations)
+        for name, dist in self.hyperparam_mutations.items():
+            if dist.bounds is None or dist.kind.startswith("q"):
+                raise FieldProblem(f"hyperparam_mutations.{name}",
+                                   f"PB2 needs continuous bounds, got {dist.kind}",
+                                   "use {uniform: [low, high]} or {loguniform: [low, high]}")
+        return self
+
+    def build(self) -> Any:
+        from ray.tune.schedulers.pb2 import PB2
+
+        options = self.model_dump(exclude={"type", "hyperparam_mutations"})
+        bounds = {k: list(d.bounds or ()) for k, d in self.hyperparam_mutations.items()}
+        return PB2(hyperparam_bounds=bounds, **options)
+
+
+Scheduler = Annotated[Union[Fifo, Asha, HyperBand, Median, Pbt, Pb2], Field(discriminator="type")]
+SCHEDULER_TYPES = ("fifo", "asha", "hyperband", "median", "pbt", "pb2")

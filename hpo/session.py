@@ -1,0 +1,112 @@
+"""What a trainable calls while it runs: `report` and `get_checkpoint` (the public API).
+
+A checkpoint is whatever the trainable hands over: a dict of state (saved with torch.save if
+torch is loaded, else pickle) or a directory path; `get_checkpoint` gives the same kind back.
+Ray Tune's own `ray.tune.report` / `ray.tune.get_checkpoint` keep working unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+_STATE_PT, _STATE_PKL, _DIR, _ITER = "hpo_state.pt", "hpo_state.pkl", "hpo_dir", "hpo_iteration"
+
+
+@dataclass
+class _Trial:
+    checkpoint_every: int = 1  # attach every Nth report's checkpoint; 0: never
+    reports: int = 0
+
+
+_current: ContextVar[_Trial | None] = ContextVar("hpo_trial", default=None)
+
+
+@contextlib.contextmanager
+def trial_session(checkpoint_every: int) -> Iterator[None]:
+    token = _current.set(_Trial(checkpoint_every))
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def _trial() -> _Trial:
+    trial = _current.get()
+    if trial is None:  # a plain Ray Tune run calling hpo.report: keep every checkpoint
+        trial = _Trial()
+        _current.set(trial)
+    return trial
+
+
+def report(metrics: Mapping[str, Any], checkpoint: Any = None) -> None:
+    """Report one iteration's metrics, optionally with a checkpoint (dict or directory).
+
+    Example:
+        >>> hpo.report({"val_accuracy": acc}, checkpoint={"model": model.state_dict()})
+    """
+    from ray import tune
+
+    trial = _trial()
+    trial.reports += 1
+    every = trial.checkpoint_every
+    if checkpoint is None or every == 0 or trial.reports % every:
+        tune.report(dict(metrics))
+    elif isinstance(checkpoint, tune.Checkpoint):
+        tune.report(dict(metrics), checkpoint=checkpoint)
+    else:
+        with tempfile.TemporaryDirectory(prefix="hpo-ckpt-") as tmp:
+            _write_checkpoint(Path(tmp), checkpoint, trial.reports)
+            tune.report(dict(metrics), checkpoint=tune.Checkpoint.from_directory(tmp))
+
+
+def _write_checkpoint(folder: Path, checkpoint: Any, reports: int) -> None:
+    (folder / _ITER).write_text(str(reports))
+    if isinstance(checkpoint, (str, os.PathLike)):
+        shutil.copytree(checkpoint, folder / _DIR)
+    elif "torch" in sys.modules:
+        sys.modules["torch"].save(checkpoint, folder / _STATE_PT)
+    else:
+        with open(folder / _STATE_PKL, "wb") as file:
+            pickle.dump(checkpoint, file)
+
+
+def get_checkpoint() -> Any:
+    """The trial's latest checkpoint as it was reported (a dict, or a local directory path).
+
+    Returns None when the trial starts fresh. A checkpoint written by plain Ray Tune code
+    comes back as the path of a local copy of its directory.
+    """
+    from ray import tune
+
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        return None
+    local = Path(tempfile.mkdtemp(prefix="hpo-restore-"))
+    with checkpoint.as_directory() as folder:
+        shutil.copytree(folder, local, dirs_exist_ok=True)
+    if (local / _ITER).exists():
+        _trial().reports = int((local / _ITER).read_text())
+    if (local / _DIR).exists() or not any(local.glob("hpo_state.*")):
+        return str(local / _DIR) if (local / _DIR).exists() else str(local)
+    try:
+        return _load_state(local)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+def _load_state(folder: Path) -> Any:
+    if (folder / _STATE_PT).exists():
+        import torch
+
+        return torch.load(folder / _STATE_PT, weights_only=False)
+    with open(folder / _STATE_PKL, "rb") as file:
+        return pickle.load(file)

@@ -1,0 +1,102 @@
+"""The validated, immutable experiment spec: what one YAML file asks for."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import field_validator, model_validator
+
+from hpo.distributions import Distribution
+from hpo.schedulers import Fifo, Pb2, Pbt, Scheduler
+from hpo.searchers import Grid, Random, Searcher
+from hpo.validation import FieldProblem, Strict
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_TRAINABLE = re.compile(r"^[^:\s]+:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Resources(Strict):
+    cpus_per_trial: PositiveFloat = 1
+    gpus_per_trial: NonNegativeFloat = 0
+
+
+class CheckpointPolicy(Strict):
+    frequency: NonNegativeInt = 1  # keep every Nth report's checkpoint; 0: never
+    keep: PositiveInt | None = 2  # newest checkpoints kept per trial; null: all
+
+
+class FailurePolicy(Strict):
+    max_failures: Annotated[int, Field(ge=-1)] = 0  # retries per trial; -1: unlimited
+
+
+class Spec(Strict):
+    """One experiment; see search_spaces/ for examples of every key."""
+
+    name: str
+    trainable: str
+    metric: str
+    mode: Literal["max", "min"]
+    num_samples: PositiveInt = 1
+    max_concurrent: PositiveInt | None = None
+    search_space: dict[str, Distribution] = Field(default_factory=dict)
+    constants: dict[str, Any] = Field(default_factory=dict)
+    scheduler: Scheduler = Field(default_factory=lambda: Fifo(type="fifo"))
+    search: Searcher = Field(default_factory=lambda: Random(type="random"))
+    resources: Resources = Field(default_factory=Resources)
+    stop: dict[str, float] = Field(default_factory=dict)
+    time_budget_s: PositiveFloat | None = None
+    checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
+    failure: FailurePolicy = Field(default_factory=FailurePolicy)
+    storage: str = "./hpo-results"
+    reuse_actors: bool = True  # one worker process serves many trials (no re-import per trial)
+
+    @field_validator("name")
+    @classmethod
+    def _folder_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise FieldProblem("", f"not a usable folder name: {value!r}",
+                               "use letters, digits, '.', '_' and '-'")
+        return value
+
+    @field_validator("trainable")
+    @classmethod
+    def _import_path(cls, value: str) -> str:
+        if not _TRAINABLE.match(value):
+            raise FieldProblem("", f"expected 'package.module:function' or 'file.py:function', "
+                               f"got {value!r}", "e.g. trainables.digits:train")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Spec:
+        for key in self.constants:
+            if key in self.search_space:
+                raise FieldProblem(f"constants.{key}", "is also in search_space",
+                                   "keep each key in one of the two")
+        try:
+            self.search.check_space(self.search_space)
+        except FieldProblem as problem:
+            raise FieldProblem(f"search_space.{problem.field}", problem.message, problem.hint)
+        self._check_population_checkpoints()
+        return self
+
+    def _check_population_checkpoints(self) -> None:
+        scheduler, every = self.scheduler, self.checkpoint.frequency
+        if not isinstance(scheduler, (Pbt, Pb2)) or scheduler.time_attr != "training_iteration":
+            return
+        if every == 0 or scheduler.perturbation_interval % every:
+            raise FieldProblem("checkpoint.frequency",
+                               f"must divide scheduler.perturbation_interval (got {every}, "
+                               f"interval {scheduler.perturbation_interval:g})",
+                               "PBT clones checkpoints at every perturbation; use frequency: 1")
+
+    def param_space(self) -> dict[str, Any]:
+        """Ray Tune's param_space: the domains of search_space plus the constants."""
+        as_grid = isinstance(self.search, Grid)
+        space = {
+            name: Distribution(kind="grid", args=dist.args).to_tune()
+            if as_grid and dist.kind == "choice" else dist.to_tune()
+            for name, dist in self.search_space.items()
+        }
+        return {**self.constants, **space}

@@ -1,0 +1,76 @@
+"""Importing the user's trainable (`pkg.module:function` or `path/file.py:function`)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from hpo.errors import TrainableImportError
+from hpo.validation import did_you_mean
+
+Trainable = Callable[[dict[str, Any]], Any]
+
+
+def load_trainable(ref: str, source: str = "<spec>") -> Trainable:
+    """Import the function named by `ref`; every failure is a one-line TrainableImportError."""
+    target, _, func_name = ref.rpartition(":")
+    module = _import_file(target, source) if target.endswith(".py") else _import_module(
+        target, source)
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        raise TrainableImportError(source, "trainable", f"'{target}' has no function "
+                                   f"'{func_name}'", did_you_mean(func_name, names))
+    return func
+
+
+def _import_module(name: str, source: str) -> ModuleType:
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:  # `trainables.x` next to the YAML, as `python -m` would find it
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:
+        raise TrainableImportError(source, "trainable", f"cannot import '{name}' "
+                                   f"({type(exc).__name__}: {exc})",
+                                   "check the module path and that it imports cleanly "
+                                   "(--debug shows the traceback)") from exc
+
+
+def _import_file(path: str, source: str) -> ModuleType:
+    file = Path(path).resolve()
+    if not file.is_file():
+        raise TrainableImportError(source, "trainable", f"file not found: {path}",
+                                   "paths are relative to the current directory")
+    name = f"hpo_user_{file.stem}_{abs(hash(str(file))):x}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except Exception as exc:
+        del sys.modules[name]
+        raise TrainableImportError(source, "trainable", f"cannot import '{path}' "
+                                   f"({type(exc).__name__}: {exc})",
+                                   "--debug shows the traceback") from exc
+    import cloudpickle  # workers cannot import this module by name: ship it by value
+
+    cloudpickle.register_pickle_by_value(module)
+    return module
+
+
+def with_session(func: Trainable, checkpoint_every: int) -> Trainable:
+    """Wrap a trainable so `hpo.report` knows the checkpoint policy; Ray sees `func(config)`."""
+    from hpo import session
+
+    @functools.wraps(func)
+    def run_trial(config: dict[str, Any]) -> Any:
+        with session.trial_session(checkpoint_every):
+            return func(config)
+
+    return run_trial

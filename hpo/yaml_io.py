@@ -1,0 +1,94 @@
+"""Reading experiment YAML: numbers as people write them, no duplicate keys, --set overrides."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from hpo.errors import ConfigError
+from hpo.spec import Spec
+from hpo.validation import config_error
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that reads `1e-4` as a float (YAML 1.2) and rejects duplicate keys."""
+
+    source = "<yaml>"
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise ConfigError(self.source, f"line {key_node.start_mark.line + 1}",
+                                  f"duplicate key '{key}'", "keep one of them")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+# PyYAML (YAML 1.1) needs a dot in a float; YAML 1.2 and people do not: `1e-4` is a number.
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parse YAML text with hpo's loader; syntax errors become one-line ConfigErrors."""
+    try:
+        return yaml.load(text, Loader=_loader_for(source))  # noqa: S506 - a SafeLoader
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(source, where, f"invalid YAML: {exc.problem}",
+                          "check indentation and quoting") from None
+
+
+def _loader_for(source: str) -> type[_Loader]:
+    return type("_NamedLoader", (_Loader,), {"source": source})
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> dict[str, Any]:
+    """Apply `dotted.key=yaml-value` overrides (from --set) to the raw mapping."""
+    for item in overrides:
+        path, sep, raw = item.partition("=")
+        if not sep or not path:
+            raise ConfigError(source, "--set", f"expected KEY=VALUE, got {item!r}",
+                              "e.g. --set num_samples=4 --set scheduler.max_t=10")
+        *parents, leaf = path.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(source, path, "cannot set a key inside a non-mapping", "")
+        node[leaf] = parse_yaml(raw, f"{source} --set {path}")
+    return data
+
+
+def load_spec(path: str | Path, overrides: list[str] | None = None) -> Spec:
+    """Read, override and validate one experiment YAML file."""
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(source, "", f"cannot read the file ({exc.strerror})",
+                          "check the path") from None
+    data = parse_yaml(text, source)
+    if not isinstance(data, dict):
+        raise ConfigError(source, "", f"expected a mapping at the top, got {type(data).__name__}",
+                          "start with `name:`, `trainable:`, `metric:` ...")
+    data.setdefault("name", Path(path).stem)
+    return spec_from_dict(apply_overrides(data, overrides or [], source), source)
+
+
+def spec_from_dict(data: dict[str, Any], source: str = "<spec>") -> Spec:
+    """Validate an already-parsed mapping into a Spec."""
+    try:
+        return Spec.model_validate(data)
+    except ValidationError as exc:
+        raise config_error(source, exc) from None

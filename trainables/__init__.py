@@ -1,0 +1,1 @@
+"""Built-in demo trainables for hpo."""

@@ -101,3 +101,25 @@ def best_config(frame: pd.DataFrame) -> dict[str, Any]:
                 node = node.setdefault(part, {})
             node[leaf] = value.item() if hasattr(value, "item") else value
     return config
+
+
+def export(frame: pd.DataFrame, fmt: str, output: Path | None) -> str | None:
+    """Write the table as csv/json/parquet to `output`, or return the text if no file."""
+    if fmt not in ("table", "csv", "json", "parquet"):
+        raise ExperimentError(f"--format: unknown format {fmt!r}. Hint: table, csv, parquet or "
+                              "json")
+    if fmt == "parquet":
+        if output is None:
+            raise ExperimentError("--format parquet: needs -o FILE. Hint: -o results.parquet")
+        frame.to_parquet(output, index=False)
+        return None
+    if fmt == "table":
+        text = frame.to_string(index=False) + "\n"
+    elif fmt == "csv":
+        text = frame.to_csv(index=False)
+    else:
+        text = frame.to_json(orient="records", indent=2) + "\n"
+    if output is None:
+        return text
+    output.write_text(text)
+    return None

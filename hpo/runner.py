@@ -30,9 +30,9 @@ class RunResult:
     errors: int = 0
 
 
-def _as_spec(spec: Spec | dict[str, Any] | str | Path) -> tuple[Spec, str]:
+def _as_spec(spec: Spec | dict[str, Any] | str | Path, source: str) -> tuple[Spec, str]:
     if isinstance(spec, Spec):
-        return spec, "<spec>"
+        return spec, source
     if isinstance(spec, dict):
         return spec_from_dict(spec), "<dict>"
     return load_spec(spec), str(spec)
@@ -87,14 +87,15 @@ def _ray_for(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None) -> It
 
 
 def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
-        name: str | None = None, num_cpus: int | None = None) -> RunResult:
+        name: str | None = None, num_cpus: int | None = None,
+        source: str = "<spec>") -> RunResult:
     """Run an experiment on an embedded Ray; the folder is `<storage>/<name>`.
 
     Example:
         >>> result = hpo.run("search_spaces/digits-asha.yaml", storage="/tmp/r")
         >>> result.best_config
     """
-    spec, source = _as_spec(spec)
+    spec, source = _as_spec(spec, source)
     trainable = _trainable(spec, source)  # import errors before anything starts
     exp_dir = Path(storage or spec.storage).expanduser().resolve() / (name or spec.name)
     if (exp_dir / SPEC_FILE).exists():

@@ -1,0 +1,139 @@
+"""The `hpo` command: parses arguments, calls the Python API, maps HpoError to exit codes."""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from hpo.errors import HpoError
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
+                  help="Tune deep-learning hyperparameters with Ray Tune, locally or on Slurm.")
+out = Console()
+err = Console(stderr=True)
+_state = {"debug": False}
+
+SetOption = typer.Option(None, "--set", metavar="KEY=VALUE",
+                         help="Override a YAML key, e.g. --set num_samples=4 (repeatable).")
+
+
+@app.callback()
+def _options(debug: bool = typer.Option(False, "--debug", help="Show tracebacks.")) -> None:
+    _state["debug"] = debug
+
+
+def _guarded(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Print an HpoError as one line (traceback only with --debug) and exit with its code."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except HpoError as exc:
+            if _state["debug"]:
+                traceback.print_exc()
+            err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper
+
+
+@app.command()
+@_guarded
+def validate(space: Path, overrides: Optional[list[str]] = SetOption) -> None:  # noqa: UP007
+    """Check SPACE.yaml (keys, values, the trainable's import) and print the plan."""
+    from hpo.plan import describe
+    from hpo.trainable import load_trainable
+    from hpo.yaml_io import load_spec
+
+    spec = load_spec(space, overrides)
+    load_trainable(spec.trainable, str(space))
+    for key, value in describe(spec).items():
+        out.print(f"[bold]{key:<12}[/bold] {value}", highlight=False, soft_wrap=True)
+    out.print(f"{space}: OK")
+
+
+@app.command()
+@_guarded
+def run(space: Path, storage: Optional[str] = typer.Option(None, help="Results root."),  # noqa: UP007
+        name: Optional[str] = typer.Option(None, help="Experiment folder name."),  # noqa: UP007
+        overrides: Optional[list[str]] = SetOption,  # noqa: UP007
+        cpus: Optional[int] = typer.Option(None, help="CPUs of the embedded Ray.")) -> None:  # noqa: UP007
+    """Run the experiment in SPACE.yaml; its folder is <storage>/<name>."""
+    from hpo.runner import run as run_experiment
+    from hpo.yaml_io import load_spec
+
+    spec = load_spec(space, overrides)
+    _finish(run_experiment(spec, storage=storage, name=name, num_cpus=cpus, source=str(space)))
+
+
+@app.command()
+@_guarded
+def resume(experiment_dir: Path, cpus: Optional[int] = typer.Option(None)) -> None:  # noqa: UP007
+    """Continue an interrupted experiment from its folder."""
+    from hpo.runner import resume as resume_experiment
+
+    _finish(resume_experiment(experiment_dir, num_cpus=cpus))
+
+
+def _finish(result: Any) -> None:
+    _print_table(result.dataframe.head(10))
+    out.print("[bold]best config[/bold]")
+    out.print(yaml.safe_dump(result.best_config, sort_keys=False).rstrip(), highlight=False)
+    out.print(f"experiment folder: {result.path}", highlight=False, soft_wrap=True)
+    if result.errors:
+        err.print(f"[red]error:[/red] {result.errors} trial(s) failed; see error.txt in their "
+                  "folders (`hpo results` lists them)", highlight=False)
+        raise typer.Exit(1)
+
+
+def _print_table(frame: Any) -> None:
+    table = Table(*[c for c in frame.columns if c != "path"], box=None)
+    for _, row in frame.iterrows():
+        table.add_row(*[_cell(v) for c, v in row.items() if c != "path"])
+    out.print(table)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return "-" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+@app.command()
+@_guarded
+def results(experiment_dir: Path,
+            fmt: str = typer.Option("table", "--format", help="table, csv, parquet or json"),
+            output: Optional[Path] = typer.Option(None, "-o", "--output")) -> None:  # noqa: UP007
+    """One row per trial, best first (config, last/best metric, iterations, status, time)."""
+    from hpo.results import export, load_results
+
+    frame = load_results(experiment_dir)
+    if fmt == "table" and output is None:
+        _print_table(frame)
+    else:
+        text = export(frame, fmt, output)
+        if text is not None:
+            sys.stdout.write(text)
+
+
+@app.command()
+@_guarded
+def best(experiment_dir: Path) -> None:
+    """Print the best trial's config as YAML."""
+    from hpo.results import best_config, load_results
+
+    sys.stdout.write(yaml.safe_dump(best_config(load_results(experiment_dir)), sort_keys=False))
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,36 @@
+"""A human summary of what a spec will do, for `hpo validate` (no Ray started)."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from hpo.searchers import Grid
+from hpo.spec import Spec
+
+
+def trial_count(spec: Spec) -> int:
+    """Trials Ray will create: num_samples, times the grid size for `grid` entries."""
+    grid_kinds = ("grid", "choice") if isinstance(spec.search, Grid) else ("grid",)
+    sizes = [len(d.args) for d in spec.search_space.values() if d.kind in grid_kinds]
+    return spec.num_samples * math.prod(sizes)
+
+
+def describe(spec: Spec) -> dict[str, str]:
+    """Key -> one line each: trials, concurrency, resources, scheduler, search, storage."""
+    cpus = os.cpu_count() or 1
+    fit = int(cpus // spec.resources.cpus_per_trial)
+    limit = f", at most {spec.max_concurrent} (max_concurrent)" if spec.max_concurrent else ""
+    sched = spec.scheduler.model_dump(exclude={"hyperparam_mutations"})
+    return {
+        "experiment": f"{spec.name} -> {spec.storage}/{spec.name}",
+        "trainable": spec.trainable,
+        "objective": f"{spec.mode} {spec.metric}",
+        "trials": str(trial_count(spec)),
+        "concurrency": f"{fit} side by side on this machine ({cpus} CPUs){limit}",
+        "resources": f"{spec.resources.cpus_per_trial:g} CPU, "
+                     f"{spec.resources.gpus_per_trial:g} GPU per trial",
+        "scheduler": ", ".join(f"{k}={v}" for k, v in sched.items()),
+        "search": ", ".join(f"{k}={v}" for k, v in spec.search.model_dump().items()),
+        "stop": str(spec.stop or "scheduler / trainable decides"),
+    }

@@ -97,10 +97,12 @@ def _finish(result: Any) -> None:
 
 
 def _print_table(frame: Any) -> None:
-    table = Table(*[c for c in frame.columns if c != "path"], box=None)
-    for _, row in frame.iterrows():
-        table.add_row(*[_cell(v) for c, v in row.items() if c != "path"])
-    out.print(table)
+    """The results as a terminal table: config keys without prefix, no paths/hostnames."""
+    shown = [c for c in frame.columns if c not in ("path", "hostname")]
+    table = Table(*[c.removeprefix("config/") for c in shown], box=None)
+    for _, row in frame[shown].iterrows():
+        table.add_row(*[_cell(v) for v in row])
+    out.print(table, width=max(out.width, 200))  # pipes and CI logs: never truncate
 
 
 def _cell(value: Any) -> str:

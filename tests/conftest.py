@@ -1,0 +1,24 @@
+"""Shared helpers: run the real `hpo` CLI in a subprocess, read an experiment's trials."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def hpo_cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run `python -m hpo ARGS` to completion and return it (text mode, both streams)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "hpo", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> Path:
+    return tmp_path / "results"

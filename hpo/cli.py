@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from hpo.errors import HpoError
@@ -19,6 +20,8 @@ from hpo.errors import HpoError
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
                   help="Tune deep-learning hyperparameters with Ray Tune, locally or on Slurm.")
 out = Console()
+if not out.is_terminal:  # pipes and CI logs: wide enough that tables are never truncated
+    out = Console(width=250)
 err = Console(stderr=True)
 _state = {"debug": False}
 
@@ -41,7 +44,7 @@ def _guarded(command: Callable[..., Any]) -> Callable[..., Any]:
         except HpoError as exc:
             if _state["debug"]:
                 traceback.print_exc()
-            err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False, soft_wrap=True)
+            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper
@@ -102,7 +105,7 @@ def _print_table(frame: Any) -> None:
     table = Table(*[c.removeprefix("config/") for c in shown], box=None)
     for _, row in frame[shown].iterrows():
         table.add_row(*[_cell(v) for v in row])
-    out.print(table, width=max(out.width, 200))  # pipes and CI logs: never truncate
+    out.print(table)
 
 
 def _cell(value: Any) -> str:

@@ -18,7 +18,8 @@ class ConfigError(HpoError):
         self.source, self.path, self.message, self.hint = source, path, message, hint
         where = f"{path}: " if path else ""
         tail = f" Hint: {hint}" if hint else ""
-        super().__init__(f"{source}: {where}{message}.{tail}".replace("..", "."))
+        stop = "" if message.endswith(".") else "."
+        super().__init__(f"{source}: {where}{message}{stop}{tail}")
 
 
 class TrainableImportError(ConfigError):

@@ -23,7 +23,8 @@ def load_trainable(ref: str, source: str = "<spec>") -> Trainable:
         target, source)
     func = getattr(module, func_name, None)
     if not callable(func):
-        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                 and getattr(v, "__module__", None) == module.__name__]
         raise TrainableImportError(source, "trainable", f"'{target}' has no function "
                                    f"'{func_name}'", did_you_mean(func_name, names))
     return func
@@ -58,7 +59,8 @@ def _import_file(path: str, source: str) -> ModuleType:
         raise TrainableImportError(source, "trainable", f"cannot import '{path}' "
                                    f"({type(exc).__name__}: {exc})",
                                    "--debug shows the traceback") from exc
-    import cloudpickle  # workers cannot import this module by name: ship it by value
+    # Workers cannot import this module by name: Ray must ship it by value.
+    from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(module)
     return module

@@ -61,6 +61,13 @@ _HINTS = {
     "bool_parsing": "write true or false",
     "string_type": "write text (quote it if YAML reads it as something else)",
     "dict_type": "write key: value pairs",
+    "model_attributes_type": "write key: value pairs, e.g. {type: asha}",
+    "greater_than": "use a value in the allowed range",
+    "greater_than_equal": "use a value in the allowed range",
+    "less_than": "use a value in the allowed range",
+    "less_than_equal": "use a value in the allowed range",
+    "list_type": "write a list, e.g. [1, 2]",
+    "tuple_type": "write a list, e.g. [1, 2]",
 }
 
 
@@ -87,8 +94,8 @@ def _describe(err: dict[str, Any]) -> tuple[str, str, str]:
         return _dotted(loc, "type"), "missing required key", "name the type, e.g. type: asha"
     message = err["msg"].removeprefix("Value error, ")
     message = message[0].lower() + message[1:]
-    if not isinstance(value, (dict, list)):
-        message += f" (got {value!r})"
+    got = repr(value)
+    message += f" (got {got if len(got) <= 60 else got[:57] + '...'})"
     return _dotted(loc), message, _HINTS.get(kind, "")
 
 

@@ -23,6 +23,9 @@ class _Loader(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise ConfigError(self.source, f"line {key_node.start_mark.line + 1}",
+                                  f"a key must be text, got {key!r}", "write name: value")
             if key in seen:
                 raise ConfigError(self.source, f"line {key_node.start_mark.line + 1}",
                                   f"duplicate key '{key}'", "keep one of them")
@@ -43,10 +46,17 @@ def parse_yaml(text: str, source: str) -> Any:
     try:
         return yaml.load(text, Loader=_loader_for(source))  # noqa: S506 - a SafeLoader
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
+        # An unclosed quote or bracket is reported where it opened (context), not at EOF.
+        mark = exc.context_mark or exc.problem_mark
+        what = exc.context if exc.context_mark else exc.problem
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(source, where, f"invalid YAML: {exc.problem}",
-                          "check indentation and quoting") from None
+        raise ConfigError(source, where, f"invalid YAML: {what} (in {_excerpt(text, mark)!r})",
+                          "check indentation, quotes and brackets") from None
+
+
+def _excerpt(text: str, mark: Any) -> str:
+    lines = text.splitlines() or [""]
+    return lines[min(mark.line, len(lines) - 1)].strip()[:60] if mark else text[:60]
 
 
 def _loader_for(source: str) -> type[_Loader]:
@@ -65,7 +75,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> 
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(source, path, "cannot set a key inside a non-mapping", "")
+                raise ConfigError(source, path, f"cannot set a key inside '{part}', which is "
+                                  f"{node!r}", "set the whole value, e.g. --set KEY='{a: 1}'")
         node[leaf] = parse_yaml(raw, f"{source} --set {path}")
     return data
 
@@ -79,6 +90,9 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> Spec:
         raise ConfigError(source, "", f"cannot read the file ({exc.strerror})",
                           "check the path") from None
     data = parse_yaml(text, source)
+    if data is None:
+        raise ConfigError(source, "", "the file is empty",
+                          "see search_spaces/ for complete examples")
     if not isinstance(data, dict):
         raise ConfigError(source, "", f"expected a mapping at the top, got {type(data).__name__}",
                           "start with `name:`, `trainable:`, `metric:` ...")

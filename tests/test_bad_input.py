@@ -114,8 +114,9 @@ CASES = [
     Case("yaml-bad-indentation", BAD_INDENT, f"line {line_of(BAD_INDENT, '   max_t')}",
          subprocess=True),
     Case("yaml-tab-indentation", TABS, f"line {line_of(TABS, chr(9))}", extra=("\\t",)),
+    # reported where the list opens, not where PyYAML gives up
     Case("yaml-unclosed-flow-list", UNCLOSED_LIST,
-         f"line {line_of(UNCLOSED_LIST, 'constants:')}"),
+         f"line {line_of(UNCLOSED_LIST, 'choice: [32, 64, 128')}"),
     # the quote opens on line 3; PyYAML notices only at the end of the file
     Case("yaml-unclosed-quote", UNCLOSED_QUOTE, f"line {line_of(UNCLOSED_QUOTE, 'metric:')}"),
     Case("yaml-colon-in-plain-value", COLON_IN_VALUE, "line 1"),

@@ -1,0 +1,88 @@
+"""`hpo resume` after the driver was SIGKILLed: finished trials are kept as they were,
+unfinished ones continue from their checkpoints, and the total is exactly num_samples."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, hpo_cli
+
+from hpo.errors import ExperimentError
+from hpo.results import load_results
+
+SPEC = """
+name: killed
+trainable: tests/test_trainables.py:steady
+metric: score
+mode: max
+num_samples: 6
+max_concurrent: 2
+search_space:
+  x: {uniform: [0.0, 1.0]}
+constants: {steps: 8, sleep: 0.5}
+search: {type: random, seed: 3}
+checkpoint: {frequency: 1, keep: 1}
+"""
+
+
+def _wait_for_progress(exp_dir: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Until the snapshot shows >= 2 finished trials and a running one with a checkpoint."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the run ended before it could be killed"
+        try:
+            frame = load_results(exp_dir)
+        except ExperimentError:
+            frame = None
+        if frame is not None and not frame.empty:
+            done = (frame["status"] == "TERMINATED").sum()
+            running = frame[(frame["status"] == "RUNNING") & (frame["iterations"] >= 2)]
+            if done >= 2 and len(running):
+                return
+        time.sleep(0.2)
+    pytest.fail("the experiment made no progress before the timeout")
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill(tmp_path: Path) -> None:
+    space = tmp_path / "killed.yaml"
+    space.write_text(SPEC)
+    exp_dir = tmp_path / "results" / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "hpo", "run", str(space), "--storage",
+                             str(tmp_path / "results")], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_progress(exp_dir, proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and every Ray process it started
+        proc.wait()
+    before = load_results(exp_dir).set_index("trial_id")
+    finished = before[before["status"] == "TERMINATED"]
+    interrupted = before[before["status"] == "RUNNING"].index
+
+    done = hpo_cli("resume", str(exp_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    after = load_results(exp_dir).set_index("trial_id")
+    assert len(after) == 6 and set(after["status"]) == {"TERMINATED"}
+    kept = after.loc[finished.index]
+    assert kept["best_score"].tolist() == finished["best_score"].tolist()
+    assert kept["iterations"].tolist() == finished["iterations"].tolist()
+    assert kept["config/x"].tolist() == finished["config/x"].tolist()
+    assert (after["iterations"] == 8).all()
+    # Interrupted trials went on from a checkpoint, not from step 1.
+    resumed_at = [_last(after.loc[t, "path"], "resumed_at") for t in interrupted]
+    assert resumed_at and all(step > 1 for step in resumed_at), resumed_at
+
+
+def _last(trial_dir: str, key: str) -> int:
+    import json
+
+    lines = (Path(trial_dir) / "result.json").read_text().splitlines()
+    return json.loads(lines[-1])[key]

@@ -1,0 +1,39 @@
+"""Small trainables for the tests, loaded by file path (`tests/test_trainables.py:NAME`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import hpo
+
+
+def steady(config: dict[str, Any]) -> None:
+    """Deterministic score x * step, `sleep` s per step, resumable from its checkpoint."""
+    state = hpo.get_checkpoint()
+    start = state["step"] + 1 if state else 1
+    for step in range(start, config["steps"] + 1):
+        time.sleep(config["sleep"])
+        hpo.report({"score": config["x"] * step, "resumed_at": start},
+                   checkpoint={"step": step})
+
+
+def wrong_metric(config: dict[str, Any]) -> None:
+    """Reports something, but never the metric the experiment asks for."""
+    for step in range(3):
+        hpo.report({"not_the_metric": step})
+
+
+def silent(config: dict[str, Any]) -> None:
+    """Returns without reporting anything."""
+
+
+def crashes(config: dict[str, Any]) -> None:
+    """Reports once, then fails."""
+    hpo.report({"score": 1.0})
+    raise RuntimeError("boom in the trainable")
+
+
+def test_module_is_a_trainable_library() -> None:
+    """Keeps pytest from collecting the functions above as tests (they take config)."""
+    assert callable(steady) and callable(crashes)

@@ -10,6 +10,7 @@ Linux only (reads /proc).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -17,9 +18,10 @@ import statistics
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -182,10 +184,8 @@ def versions() -> str:
 
     parts = [f"Python {platform.python_version()}"]
     for pkg in ("ray", "optuna", "torch"):
-        try:
+        with contextlib.suppress(md.PackageNotFoundError):
             parts.append(f"{pkg} {md.version(pkg)}")
-        except md.PackageNotFoundError:
-            pass
     return ", ".join(parts)
 
 
@@ -218,6 +218,6 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def text_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [list(map(str, header))] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    out = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
+    out = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
     out.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(out)

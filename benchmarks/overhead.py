@@ -36,7 +36,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import (  # noqa: E402
-    Timed, machine, md_table, median, run_timed, text_table, versions, wait_until_quiet,
+    Timed,
+    machine,
+    md_table,
+    median,
+    run_timed,
+    text_table,
+    versions,
+    wait_until_quiet,
     write_section,
 )
 
@@ -164,7 +171,7 @@ def measure(work: Workload, args: argparse.Namespace, env: dict[str, str]) -> di
         "hpo_median_s": median(hpo_t),
         "raw_median_s": median(raw_t),
         "ratio": median(hpo_t) / median(raw_t),
-        "pair_ratios": [h / r for h, r in zip(hpo_t, raw_t)],
+        "pair_ratios": [h / r for h, r in zip(hpo_t, raw_t, strict=True)],
         "other_cpu_s": {s: [t.other_cpu_s for t in ts] for s, ts in kept.items()},
         "dropped_pairs": len(dropped),
         "commands": {s: ts[0].extra["cmd"] for s, ts in kept.items() if ts},

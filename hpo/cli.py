@@ -19,10 +19,15 @@ from hpo.errors import HpoError
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
                   help="Tune deep-learning hyperparameters with Ray Tune, locally or on Slurm.")
-out = Console()
-if not out.is_terminal:  # pipes and CI logs: wide enough that tables are never truncated
-    out = Console(width=250)
-err = Console(stderr=True)
+
+
+def _console(stderr: bool = False) -> Console:
+    console = Console(stderr=stderr)
+    # Pipes and CI logs: wide enough that tables and messages are never cut or wrapped.
+    return console if console.is_terminal else Console(stderr=stderr, width=250)
+
+
+out, err = _console(), _console(stderr=True)
 _state = {"debug": False}
 
 SetOption = typer.Option(None, "--set", metavar="KEY=VALUE",
@@ -94,8 +99,8 @@ def _finish(result: Any) -> None:
     out.print(yaml.safe_dump(result.best_config, sort_keys=False).rstrip(), highlight=False)
     out.print(f"experiment folder: {result.path}", highlight=False, soft_wrap=True)
     if result.errors:
-        err.print(f"[red]error:[/red] {result.errors} trial(s) failed; see error.txt in their "
-                  "folders (`hpo results` lists them)", highlight=False)
+        err.print(f"[red]error:[/red] {escape(result.errors_summary())}", highlight=False,
+                  soft_wrap=True)
         raise typer.Exit(1)
 
 

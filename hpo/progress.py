@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from ray.tune import Callback
+from ray.tune.progress_reporter import TrialProgressCallback
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -20,7 +20,9 @@ from rich.text import Text
 _SHOWN_RUNNING = 8
 
 
-class LiveProgress(Callback):
+class LiveProgress(TrialProgressCallback):
+    """Replaces Tune's own per-trial printer (Tune adds that one unless a subclass is given)."""
+
     def __init__(self, metric: str, mode: str, total: int) -> None:
         self.metric, self.mode, self.total = metric, mode, total
         self._reset()
@@ -50,6 +52,12 @@ class LiveProgress(Callback):
         if isinstance(value, (int, float)) and (self._best is None or self._better(value)):
             self._best = (float(value), trial.trial_id, dict(trial.config))
 
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        pass  # shown by the next redraw
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        pass  # shown by the next redraw; the summary lists failed trials
+
     def _better(self, value: float) -> bool:
         best = self._best[0]  # type: ignore[index]
         return value > best if self.mode == "max" else value < best
@@ -62,6 +70,8 @@ class LiveProgress(Callback):
         if self._live:
             self._draw(trials)
             self._live.stop()
+            if not self._live.console.is_terminal:
+                self._live.console.line()  # Rich ends a non-terminal final frame mid-line
             self._live = None
 
     def _draw(self, trials: list) -> None:
@@ -75,8 +85,11 @@ class LiveProgress(Callback):
             f"{s.lower()} {n}" for s, n in sorted(states.items())) + f"  elapsed {elapsed:.0f}s")
         best = "best: none yet" if self._best is None else (
             f"best {self.metric} {self._best[0]:.4g} (trial {self._best[1]}) {self._best[2]}")
+        running = [t for t in trials if t.status == "RUNNING"][:_SHOWN_RUNNING]
+        if not running:
+            return Group(head, Text(best, style="bold"))
         table = Table("trial", "iter", self.metric, "config", box=None, pad_edge=False)
-        for trial in [t for t in trials if t.status == "RUNNING"][:_SHOWN_RUNNING]:
+        for trial in running:
             result = self._latest.get(trial.trial_id, {})
             value = result.get(self.metric)
             table.add_row(trial.trial_id, str(result.get("training_iteration", 0)),

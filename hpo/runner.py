@@ -29,6 +29,15 @@ class RunResult:
     best_config: dict[str, Any] = field(default_factory=dict)
     errors: int = 0
 
+    def errors_summary(self) -> str:
+        """One line: how many trials failed and the last line of the first one's error."""
+        failed = self.dataframe[self.dataframe["status"] == "ERROR"]
+        first = Path(failed.iloc[0]["path"]) / "error.txt" if len(failed) else None
+        lines = first.read_text().strip().splitlines() if first and first.exists() else []
+        cause = f" First: {lines[-1][:200]}" if lines else ""
+        return (f"{self.errors} trial(s) failed after their retries.{cause} Hint: see "
+                f"error.txt in the trial folders; `hpo resume {self.path}` retries them")
+
 
 def _as_spec(spec: Spec | dict[str, Any] | str | Path, source: str) -> tuple[Spec, str]:
     if isinstance(spec, Spec):
@@ -104,7 +113,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
     exp_dir.mkdir(parents=True, exist_ok=True)
     with _ray_for(spec, source, exp_dir, num_cpus):
         (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec), sort_keys=False))
-        _tuner(spec, trainable, exp_dir).fit()
+        _fit(_tuner(spec, trainable, exp_dir), spec)
     return _outcome(exp_dir)
 
 
@@ -129,8 +138,21 @@ def resume(experiment_dir: str | Path, *, num_cpus: int | None = None) -> RunRes
     with _ray_for(spec, source, exp_dir, num_cpus):
         tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
                                    resume_errored=True)
-        tuner.fit()
+        _fit(tuner, spec)
     return _outcome(exp_dir)
+
+
+def _fit(tuner: Any, spec: Spec) -> None:
+    from ray.tune import TuneError
+
+    try:
+        tuner.fit()
+    except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
+        if "did not include the specified metric" not in str(exc):
+            raise
+        raise RunError(f"a trial reported results without the metric '{spec.metric}'. Hint: "
+                       f"include it in every report, e.g. hpo.report({{'{spec.metric}': ...}}), "
+                       "or fix `metric:` in the YAML") from exc
 
 
 def _outcome(exp_dir: Path) -> RunResult:

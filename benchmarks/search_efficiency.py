@@ -1,0 +1,389 @@
+"""Search efficiency on the real trainable (trainables.digits:train): how soon each method
+finds a configuration with val_accuracy >= a target, and how good its best one is.
+
+Methods (same search space, same 2 CPUs with 2 trials at a time, same number of trials):
+  asha+tpe   `hpo run`, scheduler asha + search optuna (TPE), seed s
+  random     `hpo run`, FIFO + random search, seed s
+  optuna     Optuna native: TPESampler(seed s) + HyperbandPruner, study.optimize(n_jobs=2)
+             calling the digits training helpers (benchmarks/optuna_digits.py)
+
+Time to target = wall-clock time from starting the method's process until the first
+reported epoch whose val_accuracy reaches the target (whole process: imports, Ray start-up
+and everything else count). For `hpo run` the result times come from the trials'
+result.json files: Ray's `timestamp` has 1 s resolution, so each trial's start is pinned
+down from all its results (floor(start + time_total_s) == timestamp for every result) and
+each result's time is start + time_total_s, typically good to well under 0.5 s.
+
+Run from the repository root, with the venv active:
+    python benchmarks/search_efficiency.py                # 5 seeds (about 10-15 minutes)
+    python benchmarks/search_efficiency.py --quick        # 1 seed, 16 trials, 10 epochs
+    python benchmarks/search_efficiency.py --markdown docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import (  # noqa: E402
+    machine,
+    md_table,
+    median,
+    run_timed,
+    text_table,
+    versions,
+    wait_until_quiet,
+    write_section,
+)
+
+METHODS = ("asha+tpe", "random", "optuna")
+METRIC = "val_accuracy"
+
+
+def search_space() -> dict[str, Any]:
+    return {
+        "lr": {"loguniform": [1.0e-4, 1.0]},
+        "momentum": {"uniform": [0.0, 0.99]},
+        "batch_size": {"choice": [16, 32, 64, 128, 256]},
+        "hidden": {"choice": [16, 32, 64, 128]},
+        "depth": {"choice": [1, 2, 3]},
+    }
+
+
+def hpo_spec(method: str, name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "name": name,
+        "trainable": "trainables.digits:train",
+        "metric": METRIC,
+        "mode": "max",
+        "num_samples": args.num_samples,
+        "max_concurrent": args.cpus,
+        "search_space": search_space(),
+        "constants": constants(args),
+        "resources": {"cpus_per_trial": 1},
+    }
+    if method == "asha+tpe":
+        spec["scheduler"] = {"type": "asha", "max_t": args.epochs, "grace_period": 1,
+                             "reduction_factor": args.reduction_factor}
+        spec["search"] = {"type": "optuna", "seed": seed}
+    else:
+        spec["search"] = {"type": "random", "seed": seed}
+    return spec
+
+
+def constants(args: argparse.Namespace) -> dict[str, Any]:
+    return {"epochs": args.epochs, "optimizer": "sgd", "weight_decay": 0.0}
+
+
+# ---------------------------------------------------------------- result times of hpo runs
+
+def trial_events(result_json: Path) -> list[tuple[float, float, float]]:
+    """[(wall time, val_accuracy, +- uncertainty of the time in s)] of one trial's results.
+
+    Each line has timestamp = floor(t) and time_total_s = t - start (Ray's function
+    trainable session), so start lies in [timestamp - time_total_s, +1) for every line.
+    """
+    rows = [json.loads(line) for line in result_json.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if isinstance(r.get(METRIC), (int, float))]
+    if not rows:
+        return []
+    low = max(r["timestamp"] - r["time_total_s"] for r in rows)
+    high = min(r["timestamp"] + 1 - r["time_total_s"] for r in rows)
+    if low > high:  # inconsistent (should not happen): fall back to mid-second timestamps
+        return [(r["timestamp"] + 0.5, float(r[METRIC]), 0.5) for r in rows]
+    start = (low + high) / 2
+    return [(start + r["time_total_s"], float(r[METRIC]), (high - low) / 2) for r in rows]
+
+
+def hpo_events(exp_dir: Path) -> tuple[list[tuple[float, float, float]], int]:
+    events: list[tuple[float, float, float]] = []
+    trials = 0
+    for path in sorted(exp_dir.glob("*/result.json")):
+        events += trial_events(path)
+        trials += 1
+    return sorted(events), trials
+
+
+def optuna_events(path: Path) -> tuple[list[tuple[float, float, float]], int]:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return (sorted((r["time"], float(r[METRIC]), 0.0) for r in rows),
+            len({r["trial"] for r in rows}))
+
+
+def time_to_target(events: list[tuple[float, float, float]], start: float,
+                   target: float) -> tuple[float | None, float]:
+    """(seconds from start to the first result >= target, or None; its uncertainty)."""
+    for when, value, err in events:
+        if value >= target:
+            return when - start, err
+    return None, 0.0
+
+
+# ---------------------------------------------------------------- running the methods
+
+def run_method(method: str, seed: int, tmp: Path, args: argparse.Namespace,
+               env: dict[str, str]) -> dict[str, Any]:
+    name = f"{method.replace('+', '-')}-s{seed}"
+    if method == "optuna":
+        space = tmp / "space.json"
+        space.write_text(json.dumps({"search_space": search_space(), "constants": constants(args)}))
+        out = tmp / f"{name}.jsonl"
+        cmd = [sys.executable, str(ROOT / "benchmarks" / "optuna_digits.py"), "--space",
+               str(space), "--seed", str(seed), "--n-trials", str(args.num_samples),
+               "--n-jobs", str(args.cpus), "--reduction-factor", str(args.reduction_factor),
+               "--out", str(out)]
+    else:
+        yaml_path = tmp / f"{name}.yaml"
+        yaml_path.write_text(json.dumps(hpo_spec(method, name, seed, args), indent=2))
+        hpo = shutil.which("hpo", path=str(Path(sys.executable).parent)) or "hpo"
+        cmd = [hpo, "run", "--storage", str(tmp / "storage"), "--name", name,
+               "--cpus", str(args.cpus), str(yaml_path)]
+    wait_until_quiet(timeout_s=args.quiet_timeout, log=log)
+    timed = run_timed(cmd, cwd=ROOT, env=env, timeout_s=args.run_timeout)
+    if timed.returncode != 0:
+        log(timed.stdout[-3000:], timed.stderr[-3000:])
+        raise SystemExit(f"{method} seed {seed} failed (rc {timed.returncode}): "
+                         f"{shlex.join(cmd)}")
+    if method == "optuna":
+        events, trials = optuna_events(out)
+    else:
+        events, trials = hpo_events(tmp / "storage" / name)
+        shutil.rmtree(tmp / "storage" / name, ignore_errors=True)
+    if trials != args.num_samples:
+        raise SystemExit(f"{method} seed {seed}: {trials} trials ran, expected "
+                         f"{args.num_samples}")
+    ttt, err = time_to_target(events, timed.start_epoch, args.target)
+    return {
+        "method": method, "seed": seed, "cmd": shlex.join(cmd), "wall_s": timed.wall_s,
+        "time_to_target_s": ttt, "best": max(v for _, v, _ in events),
+        "epochs_run": len(events), "trials": trials, "time_error_s": err,
+        "other_cpu_s": timed.other_cpu_s, "other_top": timed.other_top,
+    }
+
+
+def log(*parts: Any) -> None:
+    print(*parts, flush=True)
+
+
+# ---------------------------------------------------------------- summary
+
+def fmt_t(res: dict[str, Any]) -> str:
+    t = res["time_to_target_s"]
+    return f"{t:.1f}" if t is not None else f">{res['wall_s']:.0f} (not reached)"
+
+
+def speedups(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int], slow: str,
+             fast: str) -> tuple[list[str], float | None, int]:
+    """Per-seed ratio time_to_target(slow) / time_to_target(fast); a method that never
+    reached the target counts with its whole wall time, as a bound ('>' or '<')."""
+    texts, exact = [], []
+    for seed in seeds:
+        a, b = runs[(slow, seed)], runs[(fast, seed)]
+        ta, tb = a["time_to_target_s"], b["time_to_target_s"]
+        if ta is not None and tb is not None:
+            exact.append(ta / tb)
+            texts.append(f"{ta / tb:.2f}")
+        elif tb is not None:
+            texts.append(f">{a['wall_s'] / tb:.2f}")
+        elif ta is not None:
+            texts.append(f"<{ta / b['wall_s']:.2f}")
+        else:
+            texts.append("n/a")
+    return texts, (statistics.median(exact) if exact else None), len(exact)
+
+
+def summarise(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int],
+              args: argparse.Namespace) -> dict[str, Any]:
+    per_method = {}
+    for method in METHODS:
+        rs = [runs[(method, s)] for s in seeds]
+        reached = [r["time_to_target_s"] for r in rs if r["time_to_target_s"] is not None]
+        # median over all seeds, a seed that missed counting as +inf
+        all_t = sorted(r["time_to_target_s"] if r["time_to_target_s"] is not None
+                       else math.inf for r in rs)
+        per_method[method] = {
+            "reached": f"{len(reached)}/{len(rs)}",
+            "median_ttt_s": median(all_t),
+            "median_best": median([r["best"] for r in rs]),
+            "median_wall_s": median([r["wall_s"] for r in rs]),
+            "median_epochs": median([r["epochs_run"] for r in rs]),
+        }
+    rnd = speedups(runs, seeds, "random", "asha+tpe")
+    opt = speedups(runs, seeds, "optuna", "asha+tpe")
+    return {"methods": per_method, "random_over_asha": rnd, "optuna_over_asha": opt}
+
+
+def tables(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int],
+           summary: dict[str, Any], args: argparse.Namespace) -> tuple[list, list, list, list]:
+    h1 = ["seed", *[f"{m}: time to {args.target:g} (s)" for m in METHODS],
+          *[f"{m}: best" for m in METHODS], *[f"{m}: wall (s)" for m in METHODS],
+          "random/asha+tpe", "optuna/asha+tpe"]
+    r1 = []
+    for i, seed in enumerate(seeds):
+        r1.append([seed, *[fmt_t(runs[(m, seed)]) for m in METHODS],
+                   *[f"{runs[(m, seed)]['best']:.4f}" for m in METHODS],
+                   *[f"{runs[(m, seed)]['wall_s']:.1f}" for m in METHODS],
+                   summary["random_over_asha"][0][i], summary["optuna_over_asha"][0][i]])
+    h2 = ["method", "reached target", "median time to target", "median best val_accuracy",
+          "median total wall", "median epochs run"]
+    r2 = []
+    for m in METHODS:
+        s = summary["methods"][m]
+        ttt = s["median_ttt_s"]
+        r2.append([m, s["reached"], f"{ttt:.1f} s" if math.isfinite(ttt) else "not reached",
+                   f"{s['median_best']:.4f}", f"{s['median_wall_s']:.1f} s",
+                   f"{s['median_epochs']:.0f}"])
+    return h1, r1, h2, r2
+
+
+def speedup_lines(summary: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, label in (("random_over_asha", "random search / ASHA+TPE"),
+                       ("optuna_over_asha", "Optuna native / ASHA+TPE")):
+        _, med, n = summary[key]
+        lines.append(f"{label} time to target: median per-seed ratio "
+                     f"{med:.2f} over {n} seed(s) where both reached it" if med is not None
+                     else f"{label}: no seed where both reached the target")
+    a, r, o = (summary["methods"][m]["median_ttt_s"] for m in METHODS)
+    lines.append(f"ratio of the median times to target: random/ASHA+TPE {r / a:.2f}, "
+                 f"Optuna/ASHA+TPE {o / a:.2f} (>1: ASHA+TPE faster)")
+    return lines
+
+
+def markdown(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int],
+             summary: dict[str, Any], args: argparse.Namespace, argv: list[str], started: str,
+             took_s: float) -> str:
+    h1, r1, h2, r2 = tables(runs, seeds, summary, args)
+    worst_err = max(r["time_error_s"] for r in runs.values())
+    other = max(r["other_cpu_s"] for r in runs.values())
+    space = json.dumps(search_space())
+    first = seeds[0]
+    cmds = "\n".join(f"- {m}: `{runs[(m, first)]['cmd']}`" for m in METHODS)
+    return f"""### Search efficiency on `trainables.digits:train`
+
+Command: `{shlex.join(['python', 'benchmarks/search_efficiency.py', *argv])}` (run {started},
+took {took_s / 60:.1f} min). Machine: {machine()}; {versions()}.
+
+Search space `{space}`, constants `{json.dumps(constants(args))}`; {args.num_samples} trials
+per run, 2 CPUs, 1 CPU per trial (2 at a time), seeds {', '.join(map(str, seeds))}. ASHA:
+max_t {args.epochs}, grace_period 1, reduction_factor {args.reduction_factor}; TPE with
+10 start-up trials in both hpo and Optuna; Optuna's HyperbandPruner: min_resource 1,
+max_resource {args.epochs}, reduction_factor {args.reduction_factor}. Time to target: from
+starting the process to the first reported epoch with val_accuracy >= {args.target:g}
+(whole process, start-up included); the hpo result times behind these figures are good
+to +-{worst_err:.2f} s or better. `hpo run` keeps the trainable's per-epoch checkpoints
+(hpo's default checkpoint policy); Optuna native writes none. The most CPU other
+processes used during a kept run: {other:.1f} s.
+
+Summary over seeds:
+
+{md_table(h2, r2)}
+
+{chr(10).join('- ' + line for line in speedup_lines(summary))}
+
+Per seed (">X (not reached)": the target was not reached in the run's X seconds; a ratio
+with ">"/"<" is a bound from such a run):
+
+{md_table(h1, r1)}
+
+Exact commands for seed {first} (temp paths vary):
+{cmds}
+"""
+
+
+def main() -> None:
+    global METHODS
+    parser = argparse.ArgumentParser(
+        description="Time to a target accuracy: hpo ASHA+TPE vs hpo random vs Optuna native.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=5, help="number of seeds (0, 1, ...)")
+    parser.add_argument("--num-samples", type=int, default=40)
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--target", type=float, default=0.97)
+    parser.add_argument("--reduction-factor", type=int, default=3)
+    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--quick", action="store_true",
+                        help="sanity run: 1 seed, 16 trials, 10 epochs")
+    parser.add_argument("--max-other-cpu", type=float, default=3.0,
+                        help="CPU seconds other processes may use during a kept run")
+    parser.add_argument("--retries", type=int, default=3,
+                        help="runs that may be repeated in all because the machine was busy")
+    parser.add_argument("--quiet-timeout", type=float, default=600.0)
+    parser.add_argument("--run-timeout", type=float, default=900.0)
+    parser.add_argument("--markdown", type=Path, help="write the section into this file")
+    parser.add_argument("--json", type=Path, help="write all measurements here")
+    argv = sys.argv[1:]
+    args = parser.parse_args()
+    if args.quick:
+        args.seeds, args.num_samples, args.epochs = 1, 16, 10
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    METHODS = tuple(m for m in METHODS if m in methods)
+    seeds = list(range(args.seeds))
+
+    env = dict(os.environ)
+    env["RAY_AIR_NEW_OUTPUT"] = "0"
+    env.pop("RAY_AUTH_MODE", None)
+    started = time.strftime("%Y-%m-%d %H:%M %Z")
+    t0 = time.monotonic()
+    log(f"machine: {machine()}; {versions()}")
+    runs: dict[tuple[str, int], dict[str, Any]] = {}
+    dropped: list[dict[str, Any]] = []
+    retries = args.retries
+    tmp = Path(tempfile.mkdtemp(prefix="hpo-bench-search-"))
+    try:
+        for i, seed in enumerate(seeds):
+            order = METHODS[i % len(METHODS):] + METHODS[:i % len(METHODS)]  # rotate
+            for method in order:
+                while True:
+                    res = run_method(method, seed, tmp, args, env)
+                    log(f"  seed {seed} {method:9s} time to {args.target:g}: {fmt_t(res):>8s} s"
+                        f"  best {res['best']:.4f}  wall {res['wall_s']:6.1f} s  "
+                        f"epochs {res['epochs_run']}  (other processes: "
+                        f"{res['other_cpu_s']:.1f} CPU s)")
+                    if res["other_cpu_s"] > args.max_other_cpu and retries > 0:
+                        retries -= 1
+                        log(f"  machine was busy ({res['other_top']}): run again")
+                        dropped.append(res)
+                        continue
+                    runs[(method, seed)] = res
+                    break
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    took = time.monotonic() - t0
+
+    summary = summarise(runs, seeds, args)
+    h1, r1, h2, r2 = tables(runs, seeds, summary, args)
+    print()
+    print(text_table(h1, r1))
+    print()
+    print(text_table(h2, r2))
+    for line in speedup_lines(summary):
+        print(line)
+    print(f"took {took / 60:.1f} min")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "argv": argv, "runs": list(runs.values()), "dropped": dropped,
+            "summary": summary}, indent=2, default=str))
+    if args.markdown:
+        write_section(args.markdown, "search-efficiency",
+                      markdown(runs, seeds, summary, args, argv, started, took))
+        log(f"wrote the search-efficiency section of {args.markdown}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""The Python API: hpo.run on a dict spec in-process (real embedded Ray), then results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+import hpo
+from hpo.results import load_results
+
+pytestmark = pytest.mark.slow
+
+
+def test_run_returns_dataframe_and_best_config(tmp_path: Path) -> None:
+    spec = {
+        "name": "api", "trainable": "tests/test_trainables.py:steady",
+        "metric": "score", "mode": "max", "num_samples": 3,
+        "search_space": {"x": {"choice": [0.1, 0.5, 0.9]}},
+        "constants": {"steps": 3, "sleep": 0.0},
+        "search": {"type": "random", "seed": 0}, "storage": str(tmp_path),
+    }
+    result = hpo.run(spec)
+    assert result.path == tmp_path / "api"
+    assert len(result.dataframe) == 3 and result.errors == 0
+    best_x = result.dataframe["config/x"].max()
+    assert result.best_config == {"steps": 3, "sleep": 0.0, "x": best_x}
+    assert result.dataframe.iloc[0]["best_score"] == pytest.approx(best_x * 3)
+    # the folder alone reproduces the same table, and keeps the spec for resume
+    assert load_results(result.path).equals(result.dataframe)
+    saved = yaml.safe_load((result.path / "hpo-spec.yaml").read_text())
+    assert saved["trainable"].endswith("tests/test_trainables.py:steady")
+    assert Path(saved["trainable"].split(":")[0]).is_absolute()
+
+
+def test_existing_experiment_is_never_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "exists").mkdir()
+    (tmp_path / "exists" / "hpo-spec.yaml").write_text("name: exists\n")
+    spec = {"name": "exists", "trainable": "tests/test_trainables.py:steady",
+            "metric": "score", "mode": "max", "storage": str(tmp_path)}
+    with pytest.raises(hpo.ExperimentError, match="already exists.*hpo resume"):
+        hpo.run(spec)
+    assert (tmp_path / "exists" / "hpo-spec.yaml").read_text() == "name: exists\n"

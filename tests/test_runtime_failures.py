@@ -1,0 +1,45 @@
+"""Runs that go wrong at run time end with one clear line and a non-zero exit, never a hang."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import hpo_cli
+
+pytestmark = pytest.mark.slow
+
+
+def _run(tmp_path: Path, function: str) -> tuple[int, str, str]:
+    space = tmp_path / f"{function}.yaml"
+    space.write_text(f"name: {function}\ntrainable: tests/test_trainables.py:{function}\n"
+                     "metric: score\nmode: max\nnum_samples: 2\n")
+    done = hpo_cli("run", str(space), "--storage", str(tmp_path / "results"), timeout=180)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _last_line(stderr: str) -> str:
+    return stderr.strip().splitlines()[-1]
+
+
+def test_metric_never_reported(tmp_path: Path) -> None:
+    code, _, stderr = _run(tmp_path, "wrong_metric")
+    assert code == 1
+    assert "Traceback" not in stderr
+    assert _last_line(stderr).startswith("error: a trial reported results without the "
+                                         "metric 'score'. Hint:")
+
+
+def test_nothing_reported(tmp_path: Path) -> None:
+    code, _, stderr = _run(tmp_path, "silent")
+    assert code == 1
+    assert "no trial reported the metric 'score'" in _last_line(stderr)
+
+
+def test_failing_trials_are_reported_with_their_cause(tmp_path: Path) -> None:
+    code, stdout, stderr = _run(tmp_path, "crashes")
+    assert code == 1
+    line = _last_line(stderr)
+    assert line.startswith("error: 2 trial(s) failed after their retries.")
+    assert "RuntimeError: boom in the trainable" in line
+    assert "ERROR" in stdout  # the results table still shows what ran

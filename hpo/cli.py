@@ -6,8 +6,9 @@ import functools
 import math
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import typer
 import yaml
@@ -57,7 +58,7 @@ def _guarded(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @app.command()
 @_guarded
-def validate(space: Path, overrides: Optional[list[str]] = SetOption) -> None:  # noqa: UP007
+def validate(space: Path, overrides: list[str] | None = SetOption) -> None:
     """Check SPACE.yaml (keys, values, the trainable's import) and print the plan."""
     from hpo.plan import describe
     from hpo.trainable import load_trainable
@@ -72,10 +73,10 @@ def validate(space: Path, overrides: Optional[list[str]] = SetOption) -> None:  
 
 @app.command()
 @_guarded
-def run(space: Path, storage: Optional[str] = typer.Option(None, help="Results root."),  # noqa: UP007
-        name: Optional[str] = typer.Option(None, help="Experiment folder name."),  # noqa: UP007
-        overrides: Optional[list[str]] = SetOption,  # noqa: UP007
-        cpus: Optional[int] = typer.Option(None, help="CPUs of the embedded Ray.")) -> None:  # noqa: UP007
+def run(space: Path, storage: str | None = typer.Option(None, help="Results root."),
+        name: str | None = typer.Option(None, help="Experiment folder name."),
+        overrides: list[str] | None = SetOption,
+        cpus: int | None = typer.Option(None, help="CPUs of the embedded Ray.")) -> None:
     """Run the experiment in SPACE.yaml; its folder is <storage>/<name>."""
     from hpo.runner import run as run_experiment
     from hpo.yaml_io import load_spec
@@ -86,7 +87,7 @@ def run(space: Path, storage: Optional[str] = typer.Option(None, help="Results r
 
 @app.command()
 @_guarded
-def resume(experiment_dir: Path, cpus: Optional[int] = typer.Option(None)) -> None:  # noqa: UP007
+def resume(experiment_dir: Path, cpus: int | None = typer.Option(None)) -> None:
     """Continue an interrupted experiment from its folder."""
     from hpo.runner import resume as resume_experiment
 
@@ -123,7 +124,7 @@ def _cell(value: Any) -> str:
 @_guarded
 def results(experiment_dir: Path,
             fmt: str = typer.Option("table", "--format", help="table, csv, parquet or json"),
-            output: Optional[Path] = typer.Option(None, "-o", "--output")) -> None:  # noqa: UP007
+            output: Path | None = typer.Option(None, "-o", "--output")) -> None:
     """One row per trial, best first (config, last/best metric, iterations, status, time)."""
     from hpo.results import export, load_results
 

@@ -6,7 +6,7 @@ that `max_t`, `grace_period` and `perturbation_interval` all count epochs (repor
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
@@ -156,5 +156,5 @@ class Pb2(_Scheduler):
         return PB2(hyperparam_bounds=bounds, **options)
 
 
-Scheduler = Annotated[Union[Fifo, Asha, HyperBand, Median, Pbt, Pb2], Field(discriminator="type")]
+Scheduler = Annotated[Fifo | Asha | HyperBand | Median | Pbt | Pb2, Field(discriminator="type")]
 SCHEDULER_TYPES = ("fifo", "asha", "hyperband", "median", "pbt", "pb2")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveInt
 
@@ -72,4 +72,4 @@ class Optuna(_Searcher):
         return OptunaSearch(metric=metric, mode=mode, sampler=sampler)
 
 
-Searcher = Annotated[Union[Random, Grid, Optuna], Field(discriminator="type")]
+Searcher = Annotated[Random | Grid | Optuna, Field(discriminator="type")]

@@ -5,8 +5,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
-from pydantic import field_validator, model_validator
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 
 from hpo.distributions import Distribution
 from hpo.schedulers import Fifo, Pb2, Pbt, Scheduler
@@ -77,7 +84,8 @@ class Spec(Strict):
         try:
             self.search.check_space(self.search_space)
         except FieldProblem as problem:
-            raise FieldProblem(f"search_space.{problem.field}", problem.message, problem.hint)
+            raise FieldProblem(f"search_space.{problem.field}", problem.message,
+                               problem.hint) from None
         self._check_population_checkpoints()
         return self
 

@@ -6,9 +6,10 @@ import functools
 import importlib
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from hpo.errors import TrainableImportError
 from hpo.validation import did_you_mean

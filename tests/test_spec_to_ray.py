@@ -1,0 +1,184 @@
+"""Spec -> Ray objects for every scheduler, searcher and distribution in the registries,
+and scheduler decisions checked deterministically by feeding results (no cluster)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from ray import tune
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import (
+    ASHAScheduler,
+    FIFOScheduler,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    PopulationBasedTraining,
+    TrialScheduler,
+)
+from ray.tune.schedulers.pb2 import PB2
+from ray.tune.search import sample
+from ray.tune.search.basic_variant import BasicVariantGenerator
+from ray.tune.search.optuna import OptunaSearch
+
+from hpo.distributions import KINDS, Distribution
+from hpo.schedulers import SCHEDULER_TYPES
+from hpo.yaml_io import spec_from_dict
+
+BASE = {"name": "t", "trainable": "trainables.digits:train", "metric": "acc", "mode": "max"}
+MUTATIONS = {"lr": {"uniform": [0.001, 0.1]}}
+SCHEDULERS: dict[str, tuple[dict[str, Any], type]] = {
+    "fifo": ({}, FIFOScheduler),
+    "asha": ({"max_t": 9, "grace_period": 2, "reduction_factor": 3}, ASHAScheduler),
+    "hyperband": ({"max_t": 9}, HyperBandScheduler),
+    "median": ({"grace_period": 2}, MedianStoppingRule),
+    "pbt": ({"hyperparam_mutations": MUTATIONS}, PopulationBasedTraining),
+    "pb2": ({"hyperparam_mutations": MUTATIONS}, PB2),
+}
+
+
+def _spec(**extra: Any) -> Any:
+    return spec_from_dict({**BASE, **extra})
+
+
+def test_table_covers_the_registry() -> None:
+    assert set(SCHEDULERS) == set(SCHEDULER_TYPES)
+
+
+@pytest.mark.parametrize("kind", SCHEDULER_TYPES)
+def test_scheduler_builds_rays_class(kind: str) -> None:
+    options, cls = SCHEDULERS[kind]
+    built = _spec(scheduler={"type": kind, **options}).scheduler.build()
+    assert type(built) is cls
+
+
+def test_asha_options_reach_ray() -> None:
+    asha = _spec(scheduler={"type": "asha", "max_t": 9, "grace_period": 2,
+                            "reduction_factor": 3}).scheduler.build()
+    assert (asha._max_t, asha._reduction_factor) == (9, 3)
+    assert [milestone for milestone, _ in asha._brackets[0]._rungs] == [6, 2]
+
+
+def test_pb2_gets_bounds_from_mutations() -> None:
+    pb2 = _spec(scheduler={"type": "pb2", "hyperparam_mutations": {
+        "lr": {"loguniform": [1e-4, 1e-1]}}}).scheduler.build()
+    assert pb2._hyperparam_bounds == {"lr": [1e-4, 1e-1]}
+
+
+def test_pbt_choice_mutation_stays_an_ordered_list() -> None:
+    pbt = _spec(scheduler={"type": "pbt", "hyperparam_mutations": {
+        "batch": {"choice": [32, 64, 128]}}}).scheduler.build()
+    assert pbt._hyperparam_mutations == {"batch": [32, 64, 128]}
+
+
+class _Trial(Trial):
+    """A Trial that needs no cluster: only what schedulers read."""
+
+    def __init__(self, trial_id: str) -> None:
+        super().__init__("t", trial_id=trial_id, stub=True)
+
+
+def test_asha_decisions_from_fed_results() -> None:
+    asha = _spec(scheduler={"type": "asha", "max_t": 9, "grace_period": 1,
+                            "reduction_factor": 3}).scheduler.build()
+    asha.set_search_properties("acc", "max")
+    trials = [_Trial(f"t{i}") for i in range(4)]
+    for trial in trials:
+        asha.on_trial_add(None, trial)
+    decisions = [asha.on_trial_result(None, trial, {"training_iteration": 1, "acc": acc})
+                 for trial, acc in zip(trials, [0.9, 0.8, 0.95, 0.1], strict=True)]
+    # First trial at a rung always continues; then only the top 1/3 at the rung goes on.
+    assert decisions == [TrialScheduler.CONTINUE, TrialScheduler.STOP,
+                         TrialScheduler.CONTINUE, TrialScheduler.STOP]
+    last = asha.on_trial_result(None, trials[2], {"training_iteration": 9, "acc": 0.99})
+    assert last == TrialScheduler.STOP  # max_t reached
+
+
+class _NoLiveTrials:
+    """The one controller method the median rule asks about (whether others are waiting)."""
+
+    def get_live_trials(self) -> list:
+        return []
+
+
+def test_median_rule_stops_a_laggard() -> None:
+    median = _spec(scheduler={"type": "median", "grace_period": 1,
+                              "min_samples_required": 2}).scheduler.build()
+    median.set_search_properties("acc", "max")
+    controller = _NoLiveTrials()
+    good = [_Trial(f"g{i}") for i in range(2)]
+    for trial in good:
+        median.on_trial_add(controller, trial)
+        for step in (1, 2):
+            median.on_trial_result(controller, trial, {"training_iteration": step, "acc": 0.9})
+        median.on_trial_complete(controller, trial, {"training_iteration": 2, "acc": 0.9})
+    bad = _Trial("bad")
+    median.on_trial_add(controller, bad)
+    decision = median.on_trial_result(controller, bad, {"training_iteration": 2, "acc": 0.1})
+    assert decision == TrialScheduler.STOP
+
+
+SEARCHERS = {"random": BasicVariantGenerator, "grid": BasicVariantGenerator,
+             "optuna": OptunaSearch}
+
+
+@pytest.mark.parametrize("kind", sorted(SEARCHERS))
+def test_searcher_builds_rays_class(kind: str) -> None:
+    spec = _spec(search={"type": kind},
+                 search_space={"lr": {"choice": [0.1, 0.01]}})
+    assert type(spec.search.build(spec.metric, spec.mode)) is SEARCHERS[kind]
+
+
+def test_optuna_sampler_is_seeded_tpe() -> None:
+    import optuna
+
+    spec = _spec(search={"type": "optuna", "seed": 7, "n_startup_trials": 3})
+    searcher = spec.search.build(spec.metric, spec.mode)
+    assert isinstance(searcher._sampler, optuna.samplers.TPESampler)
+    assert searcher._sampler._n_startup_trials == 3
+
+
+def test_grid_search_turns_choice_into_grid() -> None:
+    spec = _spec(search={"type": "grid"}, search_space={"b": {"choice": [1, 2]}},
+                 constants={"epochs": 3})
+    assert spec.param_space() == {"epochs": 3, "b": {"grid_search": [1, 2]}}
+
+
+DOMAINS = {
+    "uniform": ([0.0, 1.0], sample.Float), "quniform": ([0.0, 1.0, 0.1], sample.Float),
+    "loguniform": ([1e-4, 1.0], sample.Float), "qloguniform": ([1e-4, 1.0, 1e-4], sample.Float),
+    "randint": ([0, 10], sample.Integer), "qrandint": ([0, 10, 2], sample.Integer),
+    "lograndint": ([1, 100], sample.Integer), "qlograndint": ([1, 100, 2], sample.Integer),
+    "randn": ([0.0, 1.0], sample.Float), "qrandn": ([0.0, 1.0, 0.5], sample.Float),
+    "choice": ([1, 2, 3], sample.Categorical), "grid": ([1, 2], dict),
+}
+
+
+def test_domain_table_covers_every_kind() -> None:
+    assert set(DOMAINS) == set(KINDS)
+
+
+@pytest.mark.parametrize("kind", sorted(DOMAINS))
+def test_distribution_to_tune_domain(kind: str) -> None:
+    args, cls = DOMAINS[kind]
+    domain = Distribution.model_validate({kind: args}).to_tune()
+    assert isinstance(domain, cls)
+    if isinstance(domain, sample.Domain):
+        values = [domain.sample() for _ in range(50)]
+        if kind in ("uniform", "loguniform", "randint", "lograndint"):
+            assert all(args[0] <= v <= args[1] for v in values)
+        if kind == "choice":
+            assert set(values) <= set(args)
+
+
+def test_yaml_numbers_as_people_write_them() -> None:
+    from hpo.yaml_io import parse_yaml
+
+    data = parse_yaml("a: 1e-4\nb: 1.0e-1\nc: 5e3\nd: 12\ne: -2E-3\nf: e5", "t.yaml")
+    assert data == {"a": 1e-4, "b": 0.1, "c": 5000.0, "d": 12, "e": -0.002, "f": "e5"}
+    spec = _spec(search_space={"lr": parse_yaml("{loguniform: [1e-4, 1e-1]}", "t")})
+    assert spec.search_space["lr"].args == (1e-4, 0.1)
+
+
+def test_tune_is_importable_without_a_cluster() -> None:
+    assert callable(tune.Tuner)

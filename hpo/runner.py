@@ -13,6 +13,7 @@ import yaml
 
 from hpo.errors import ConfigError, ExperimentError, RunError
 from hpo.local_ray import embedded_ray
+from hpo.plan import trial_count
 from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
 from hpo.spec import Spec
 from hpo.trainable import load_trainable, with_session
@@ -115,7 +116,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
     with _ray_for(spec, source, exp_dir, num_cpus):
         (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec), sort_keys=False))
         _fit(_tuner(spec, trainable, exp_dir), spec)
-    return _outcome(exp_dir)
+    return _outcome(exp_dir, spec)
 
 
 def _portable(spec: Spec) -> dict[str, Any]:
@@ -140,7 +141,7 @@ def resume(experiment_dir: str | Path, *, num_cpus: int | None = None) -> RunRes
         tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
                                    resume_errored=True)
         _fit(tuner, spec)
-    return _outcome(exp_dir)
+    return _outcome(exp_dir, spec)
 
 
 def _fit(tuner: Any, spec: Spec) -> None:
@@ -156,8 +157,15 @@ def _fit(tuner: Any, spec: Spec) -> None:
                        "or fix `metric:` in the YAML") from exc
 
 
-def _outcome(exp_dir: Path) -> RunResult:
+def _outcome(exp_dir: Path, spec: Spec) -> RunResult:
     frame = load_results(exp_dir)
+    # Ctrl+C / SIGTERM: Tune saved its state and returned early.
+    open_trials = int(frame["status"].isin(["PENDING", "RUNNING"]).sum()) if len(frame) else 0
+    not_started = 0 if spec.time_budget_s else max(trial_count(spec) - len(frame), 0)
+    unfinished = not_started + open_trials
+    if unfinished:
+        raise RunError(f"the run stopped with {unfinished} trial(s) unfinished. Hint: "
+                       f"`hpo resume {exp_dir}` continues it")
     metric = frame.attrs.get("metric", "")
     errors = int((frame["status"] == "ERROR").sum()) if not frame.empty else 0
     if frame.empty or frame[f"best_{metric}"].isna().all():

@@ -81,6 +81,26 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
     assert resumed_at and all(step > 1 for step in resumed_at), resumed_at
 
 
+@pytest.mark.slow
+def test_ctrl_c_stops_with_a_resume_hint(tmp_path: Path) -> None:
+    space = tmp_path / "killed.yaml"
+    space.write_text(SPEC)
+    exp_dir = tmp_path / "results" / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "hpo", "run", str(space), "--storage",
+                             str(tmp_path / "results")], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_progress(exp_dir, proc)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1
+    last = stderr.strip().splitlines()[-1]
+    assert "trial(s) unfinished" in last and f"hpo resume {exp_dir}" in last
+    assert "Traceback" not in stderr
+
+
 def _last(trial_dir: str, key: str) -> int:
     import json
 

@@ -126,8 +126,9 @@ def results(experiment_dir: Path,
             fmt: str = typer.Option("table", "--format", help="table, csv, parquet or json"),
             output: Path | None = typer.Option(None, "-o", "--output")) -> None:
     """One row per trial, best first (config, last/best metric, iterations, status, time)."""
-    from hpo.results import export, load_results
+    from hpo.results import check_format, export, load_results
 
+    check_format(fmt, output)
     frame = load_results(experiment_dir)
     if fmt == "table" and output is None:
         _print_table(frame)

@@ -103,14 +103,19 @@ def best_config(frame: pd.DataFrame) -> dict[str, Any]:
     return config
 
 
-def export(frame: pd.DataFrame, fmt: str, output: Path | None) -> str | None:
-    """Write the table as csv/json/parquet to `output`, or return the text if no file."""
+def check_format(fmt: str, output: Path | None) -> None:
+    """Reject a format/output combination before any folder is read."""
     if fmt not in ("table", "csv", "json", "parquet"):
         raise ExperimentError(f"--format: unknown format {fmt!r}. Hint: table, csv, parquet or "
                               "json")
+    if fmt == "parquet" and output is None:
+        raise ExperimentError("--format parquet: needs -o FILE. Hint: -o results.parquet")
+
+
+def export(frame: pd.DataFrame, fmt: str, output: Path | None) -> str | None:
+    """Write the table as csv/json/parquet to `output`, or return the text if no file."""
+    check_format(fmt, output)
     if fmt == "parquet":
-        if output is None:
-            raise ExperimentError("--format parquet: needs -o FILE. Hint: -o results.parquet")
         frame.to_parquet(output, index=False)
         return None
     if fmt == "table":

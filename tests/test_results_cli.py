@@ -1,0 +1,82 @@
+"""`hpo results` / `hpo best` on a real experiment folder, and on folders that are not one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import hpo
+from hpo.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    storage = tmp_path_factory.mktemp("results")
+    hpo.run({"name": "small", "trainable": "tests/test_trainables.py:steady",
+             "metric": "score", "mode": "min",
+             "search_space": {"x": {"grid": [0.3, 0.1, 0.2]}},
+             "constants": {"steps": 2, "sleep": 0.0}, "storage": str(storage)})
+    return storage / "small"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+def test_formats_hold_one_row_per_trial_best_first(experiment: Path, tmp_path: Path,
+                                                   fmt: str) -> None:
+    out = tmp_path / f"r.{fmt}"
+    done = runner.invoke(app, ["results", str(experiment), "--format", fmt, "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    frame = {"csv": pd.read_csv, "json": pd.read_json, "parquet": pd.read_parquet}[fmt](out)
+    assert frame["config/x"].tolist() == pytest.approx([0.1, 0.2, 0.3])  # mode: min, best first
+    assert frame["best_score"].tolist() == pytest.approx([0.1, 0.2, 0.3])
+    assert set(frame.columns) >= {"trial_id", "status", "last_score", "iterations",
+                                  "time_total_s"}
+
+
+@pytest.mark.slow
+def test_table_and_json_to_stdout(experiment: Path) -> None:
+    table = runner.invoke(app, ["results", str(experiment)])
+    assert table.exit_code == 0 and "best_score" in table.stdout
+    records = json.loads(runner.invoke(app, ["results", str(experiment), "--format",
+                                             "json"]).stdout)
+    assert len(records) == 3
+
+
+@pytest.mark.slow
+def test_best_prints_the_winning_config_as_yaml(experiment: Path) -> None:
+    done = runner.invoke(app, ["best", str(experiment)])
+    assert done.exit_code == 0
+    assert yaml.safe_load(done.stdout) == {"steps": 2, "sleep": 0.0, "x": 0.1}
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["results", "/nonexistent/exp"], "no such folder"),
+    (["results", "{empty}"], "no hpo-spec.yaml here"),
+    (["best", "{empty}"], "no hpo-spec.yaml here"),
+    (["resume", "{empty}"], "no hpo-spec.yaml here"),
+    (["results", "{spec_only}"], "not an experiment folder"),
+    (["results", "{spec_only}", "--format", "xml"], "unknown format 'xml'"),
+])
+def test_not_an_experiment(tmp_path: Path, args: list[str], expected: str) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "spec_only").mkdir()
+    (tmp_path / "spec_only" / "hpo-spec.yaml").write_text(
+        "name: x\ntrainable: a:b\nmetric: m\nmode: max\n")
+    args = [a.format(empty=tmp_path / "empty", spec_only=tmp_path / "spec_only") for a in args]
+    done = runner.invoke(app, args)
+    assert done.exit_code == 2
+    assert expected in done.stderr and "Hint:" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_parquet_needs_a_file(experiment: Path) -> None:
+    done = runner.invoke(app, ["results", str(experiment), "--format", "parquet"])
+    assert done.exit_code == 2 and "needs -o FILE" in done.stderr

@@ -31,7 +31,7 @@ class Resources(Strict):
 
 class CheckpointPolicy(Strict):
     frequency: NonNegativeInt = 1  # keep every Nth report's checkpoint; 0: never
-    keep: PositiveInt | None = 2  # newest checkpoints kept per trial; null: all
+    keep: PositiveInt | None = 2  # newest checkpoints kept per trial; null: all (PBT default)
 
 
 class FailurePolicy(Strict):
@@ -58,6 +58,19 @@ class Spec(Strict):
     failure: FailurePolicy = Field(default_factory=FailurePolicy)
     storage: str = "./hpo-results"
     reuse_actors: bool = True  # one worker process serves many trials (no re-import per trial)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _population_keeps_checkpoints(cls, data: Any) -> Any:
+        # PBT/PB2 clone checkpoints that a trial recorded many saves ago (paused trials take
+        # turns): deleting old ones breaks exploits, so they keep all unless told otherwise.
+        if not isinstance(data, dict) or not isinstance(data.get("scheduler"), dict):
+            return data
+        checkpoint = data.get("checkpoint", {})
+        population = data["scheduler"].get("type") in ("pbt", "pb2")
+        if population and isinstance(checkpoint, dict) and "keep" not in checkpoint:
+            data = {**data, "checkpoint": {**checkpoint, "keep": None}}
+        return data
 
     @field_validator("name")
     @classmethod
@@ -91,13 +104,21 @@ class Spec(Strict):
 
     def _check_population_checkpoints(self) -> None:
         scheduler, every = self.scheduler, self.checkpoint.frequency
-        if not isinstance(scheduler, (Pbt, Pb2)) or scheduler.time_attr != "training_iteration":
+        if not isinstance(scheduler, (Pbt, Pb2)):
             return
-        if every == 0 or scheduler.perturbation_interval % every:
+        # Perturbations counted in seconds cannot line up with report counts.
+        aligned = scheduler.time_attr != "training_iteration" or (
+            every and scheduler.perturbation_interval % every == 0)
+        if not aligned or every == 0:
             raise FieldProblem("checkpoint.frequency",
                                f"must divide scheduler.perturbation_interval (got {every}, "
                                f"interval {scheduler.perturbation_interval:g})",
                                "PBT clones checkpoints at every perturbation; use frequency: 1")
+        keep = self.checkpoint.keep
+        if keep is not None and keep <= 2:
+            raise FieldProblem("checkpoint.keep", f"too few for {scheduler.type} (got {keep})",
+                               "PBT clones other trials' older checkpoints; omit keep (keeps "
+                               "all) or keep more than 2")
 
     def param_space(self) -> dict[str, Any]:
         """Ray Tune's param_space: the domains of search_space plus the constants."""

@@ -232,6 +232,10 @@ CASES = [
          sub("  frequency: 1", "  frequency: 2",
              sub(ASHA, "scheduler:\n  type: pbt\n  perturbation_interval: 3\n" + LR_MUTATION)),
          "checkpoint.frequency", "2", ("perturbation_interval",)),
+    Case("pbt-keeps-too-few-checkpoints",
+         sub("  frequency: 1", "  frequency: 1\n  keep: 2",
+             sub(ASHA, "scheduler:\n  type: pbt\n  perturbation_interval: 2\n" + LR_MUTATION)),
+         "checkpoint.keep", "2", ("omit keep",)),
     # --- cross-key and string checks ------------------------------------------------------
     Case("constants-key-in-search-space", sub("  epochs: 2\n", "  epochs: 2\n  lr: 0.01\n"),
          "constants.lr", "lr", ("search_space",)),

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ROOT, hpo_cli
@@ -49,14 +50,19 @@ def _wait_for_progress(exp_dir: Path, proc: subprocess.Popen, timeout: float = 1
     pytest.fail("the experiment made no progress before the timeout")
 
 
-@pytest.mark.slow
-def test_resume_after_sigkill(tmp_path: Path) -> None:
+def _start_run(tmp_path: Path, **popen: Any) -> tuple[subprocess.Popen, Path]:
+    """Start `hpo run` on SPEC in the background; return the process and experiment folder."""
     space = tmp_path / "killed.yaml"
     space.write_text(SPEC)
-    exp_dir = tmp_path / "results" / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "hpo", "run", str(space), "--storage",
-                             str(tmp_path / "results")], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             str(tmp_path / "results")], cwd=ROOT, **popen)
+    return proc, tmp_path / "results" / "killed"
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill(tmp_path: Path) -> None:
+    proc, exp_dir = _start_run(tmp_path, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for_progress(exp_dir, proc)
     finally:
@@ -83,12 +89,8 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_ctrl_c_stops_with_a_resume_hint(tmp_path: Path) -> None:
-    space = tmp_path / "killed.yaml"
-    space.write_text(SPEC)
-    exp_dir = tmp_path / "results" / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "hpo", "run", str(space), "--storage",
-                             str(tmp_path / "results")], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc, exp_dir = _start_run(tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
     try:
         _wait_for_progress(exp_dir, proc)
         proc.send_signal(signal.SIGINT)

@@ -114,7 +114,7 @@ class OtherCpu:
         return ", ".join(f"{k} {v:.1f}s" for k, v in items if v >= 0.1)
 
 
-def wait_until_quiet(max_other_cores: float = 0.15, window_s: float = 3.0,
+def wait_until_quiet(max_other_cores: float = 0.15, window_s: float = 5.0,
                      timeout_s: float = 600.0, log: Any = print) -> float:
     """Block until other processes used < max_other_cores CPUs over a window; returns the
     seconds waited (gives up after timeout_s and carries on, saying so)."""

@@ -11,7 +11,7 @@ A run during which other processes used more than --max-other-cpu CPU seconds is
 away together with its partner and the pair is run again (up to --retries times).
 
 Run from the repository root, with the venv active:
-    python benchmarks/overhead.py                 # the full benchmark (about 6 minutes)
+    python benchmarks/overhead.py                 # the full benchmark (about 7 minutes)
     python benchmarks/overhead.py --quick         # sanity run (about 1.5 minutes)
     python benchmarks/overhead.py --markdown docs/benchmarks.md
 """
@@ -30,6 +30,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -86,7 +88,7 @@ def hpo_command(work: Workload, tmp: Path, name: str, cpus: int) -> list[str]:
         "resources": {"cpus_per_trial": 1},
     }
     yaml_path = tmp / f"{work.key}.yaml"
-    yaml_path.write_text(json.dumps(spec, indent=2))  # JSON is YAML
+    yaml_path.write_text(yaml.safe_dump(spec, sort_keys=False))
     hpo = shutil.which("hpo", path=str(Path(sys.executable).parent)) or "hpo"
     return [hpo, "run", "--storage", str(tmp / "storage"), "--name", name,
             "--cpus", str(cpus), str(yaml_path)]
@@ -141,22 +143,25 @@ def measure(work: Workload, args: argparse.Namespace, env: dict[str, str]) -> di
     dropped: list[dict[str, Any]] = []
     tmp = Path(tempfile.mkdtemp(prefix=f"hpo-bench-{work.key}-"))
     try:
-        repeat, attempts = 0, 0
+        repeat, attempt = 0, 0
         while repeat < args.repeats:
             order = ("hpo", "raw") if repeat % 2 == 0 else ("raw", "hpo")
             pair = {}
             for side in order:
-                pair[side] = run_one(side, work, tmp, f"{repeat}-{attempts}", args, env)
+                pair[side] = run_one(side, work, tmp, f"{repeat}-{attempt}", args, env)
                 t = pair[side]
                 log(f"  {work.key} repeat {repeat + 1}/{args.repeats} {side}: "
                     f"{t.wall_s:6.2f} s  (other processes: {t.other_cpu_s:.1f} CPU s)")
-            attempts += 1
+            attempt += 1
             noisy = [s for s, t in pair.items() if t.other_cpu_s > args.max_other_cpu]
-            if noisy and attempts - repeat <= args.retries:
-                log(f"  machine was busy during {'/'.join(noisy)} "
-                    f"({'; '.join(pair[s].other_top for s in noisy)}): pair run again")
-                dropped.append({s: asdict(t) for s, t in pair.items()})
-                continue
+            if noisy:
+                why = "; ".join(pair[s].other_top for s in noisy)
+                if len(dropped) < args.retries:
+                    log(f"  machine was busy during {'/'.join(noisy)} ({why}): pair run again")
+                    dropped.append({s: asdict(t) for s, t in pair.items()})
+                    continue
+                log(f"  machine was busy during {'/'.join(noisy)} ({why}), no retries left: "
+                    "pair kept")
             for side, t in pair.items():
                 kept[side].append(t)
             repeat += 1
@@ -238,8 +243,9 @@ def main() -> None:
                         help="sanity run: 8 sleep trials, 5 s streams, 1 repeat")
     parser.add_argument("--max-other-cpu", type=float, default=2.0,
                         help="CPU seconds other processes may use during a kept run")
-    parser.add_argument("--retries", type=int, default=3,
-                        help="extra pairs allowed per workload to replace disturbed ones")
+    parser.add_argument("--retries", type=int, default=10,
+                        help="disturbed pairs that may be thrown away and run again, per "
+                        "workload")
     parser.add_argument("--quiet-timeout", type=float, default=600.0,
                         help="longest wait for a quiet machine before each run (s)")
     parser.add_argument("--run-timeout", type=float, default=900.0)

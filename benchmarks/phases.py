@@ -9,6 +9,10 @@ phase, as seconds since the parent started the child.
     python benchmarks/phases.py hpo sleep --trials 40
     python benchmarks/phases.py raw stream --duration-s 20
     python benchmarks/phases.py hpo stream --env HPO_X=1     # extra env for the child
+    python benchmarks/phases.py hpo yaml --yaml my-experiment.yaml   # any hpo experiment
+
+For an hpo run it also places the trials on the same clock, from their result.json files:
+when the first trial's function started and when the first result came.
 """
 
 from __future__ import annotations
@@ -116,7 +120,8 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("side", choices=["hpo", "raw"])
-    parser.add_argument("workload", choices=["sleep", "stream"])
+    parser.add_argument("workload", choices=["sleep", "stream", "yaml"])
+    parser.add_argument("--yaml", type=Path, help="workload yaml: the experiment to run")
     parser.add_argument("--trials", type=int, default=None)
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the child")
@@ -124,16 +129,22 @@ def main() -> None:
 
     from benchmarks.overhead import Workload, hpo_command, raw_command
 
-    if args.workload == "sleep":
+    tmp = Path(tempfile.mkdtemp(prefix="hpo-phases-"))
+    if args.workload == "yaml":
+        if args.side != "hpo" or args.yaml is None:
+            raise SystemExit("workload yaml needs side hpo and --yaml PATH")
+        cmd = ["hpo", "run", "--storage", str(tmp / "storage"), "--name", "exp", "--cpus", "2",
+               str(args.yaml.resolve())]
+    elif args.workload == "sleep":
         trials = args.trials or 40
         work = Workload("sleep", "", trials, {"sleep_s": 1.0}, 1, trials / 2)
     else:
         trials = args.trials or 2
         work = Workload("stream", "", trials, {"rate": 50.0, "duration_s": args.duration_s},
                         int(50 * args.duration_s), args.duration_s)
-    tmp = Path(tempfile.mkdtemp(prefix="hpo-phases-"))
-    build = hpo_command if args.side == "hpo" else raw_command
-    cmd = build(work, tmp, f"{args.side}-{work.key}", 2)
+    if args.workload != "yaml":
+        build = hpo_command if args.side == "hpo" else raw_command
+        cmd = build(work, tmp, f"{args.side}-{work.key}", 2)
     rest = cmd[1:] if args.side == "hpo" else cmd[2:]
     out = tmp / "marks.json"
     env = {**os.environ, "RAY_AIR_NEW_OUTPUT": "0"}
@@ -154,6 +165,25 @@ def main() -> None:
     print(f"  {end - start:7.2f} s  (+{end - prev:5.2f})  process gone")
     for name, (calls, secs) in data["totals"].items():
         print(f"  total {secs:7.3f} s in {calls:5d} calls  {name}")
+    if args.side == "hpo":
+        trial_clock(tmp / "storage", start)
+
+
+def trial_clock(storage: Path, start: float) -> None:
+    """The trials' start and first result on the parent's clock (from result.json)."""
+    firsts, starts = [], []
+    for path in storage.glob("*/*/result.json"):
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        if not rows:
+            continue
+        low = max(r["timestamp"] - r["time_total_s"] for r in rows)
+        high = min(r["timestamp"] + 1 - r["time_total_s"] for r in rows)
+        begin = (low + high) / 2
+        starts.append(begin - start)
+        firsts.append(begin + rows[0]["time_total_s"] - start)
+    if starts:
+        print(f"  first trial function started at {min(starts):.2f} s, first result at "
+              f"{min(firsts):.2f} s ({len(starts)} trials; +-0.5 s at worst)")
 
 
 if __name__ == "__main__":

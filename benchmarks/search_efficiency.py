@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -148,10 +150,12 @@ def run_method(method: str, seed: int, tmp: Path, args: argparse.Namespace,
                "--out", str(out)]
     else:
         yaml_path = tmp / f"{name}.yaml"
-        yaml_path.write_text(json.dumps(hpo_spec(method, name, seed, args), indent=2))
+        yaml_path.write_text(yaml.safe_dump(hpo_spec(method, name, seed, args), sort_keys=False))
         hpo = shutil.which("hpo", path=str(Path(sys.executable).parent)) or "hpo"
         cmd = [hpo, "run", "--storage", str(tmp / "storage"), "--name", name,
                "--cpus", str(args.cpus), str(yaml_path)]
+        for item in args.hpo_set:
+            cmd += ["--set", item]
     wait_until_quiet(timeout_s=args.quiet_timeout, log=log)
     timed = run_timed(cmd, cwd=ROOT, env=env, timeout_s=args.run_timeout)
     if timed.returncode != 0:
@@ -167,9 +171,13 @@ def run_method(method: str, seed: int, tmp: Path, args: argparse.Namespace,
         raise SystemExit(f"{method} seed {seed}: {trials} trials ran, expected "
                          f"{args.num_samples}")
     ttt, err = time_to_target(events, timed.start_epoch, args.target)
+    by_target = {f"{t:g}": time_to_target(events, timed.start_epoch, t)[0]
+                 for t in [args.target, *args.more_targets]}
     return {
         "method": method, "seed": seed, "cmd": shlex.join(cmd), "wall_s": timed.wall_s,
-        "time_to_target_s": ttt, "best": max(v for _, v, _ in events),
+        "time_to_target_s": ttt, "ttt": by_target,
+        "first_result_s": events[0][0] - timed.start_epoch if events else None,
+        "best": max(v for _, v, _ in events),
         "epochs_run": len(events), "trials": trials, "time_error_s": err,
         "other_cpu_s": timed.other_cpu_s, "other_top": timed.other_top,
     }
@@ -187,13 +195,15 @@ def fmt_t(res: dict[str, Any]) -> str:
 
 
 def speedups(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int], slow: str,
-             fast: str) -> tuple[list[str], float | None, int]:
+             fast: str, key: str) -> tuple[list[str], float | None, int]:
     """Per-seed ratio time_to_target(slow) / time_to_target(fast); a method that never
     reached the target counts with its whole wall time, as a bound ('>' or '<')."""
     texts, exact = [], []
+    if slow not in METHODS or fast not in METHODS:
+        return ["-"] * len(seeds), None, 0
     for seed in seeds:
         a, b = runs[(slow, seed)], runs[(fast, seed)]
-        ta, tb = a["time_to_target_s"], b["time_to_target_s"]
+        ta, tb = a["ttt"][key], b["ttt"][key]
         if ta is not None and tb is not None:
             exact.append(ta / tb)
             texts.append(f"{ta / tb:.2f}")
@@ -207,23 +217,23 @@ def speedups(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int], slow
 
 
 def summarise(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int],
-              args: argparse.Namespace) -> dict[str, Any]:
+              key: str) -> dict[str, Any]:
     per_method = {}
     for method in METHODS:
         rs = [runs[(method, s)] for s in seeds]
-        reached = [r["time_to_target_s"] for r in rs if r["time_to_target_s"] is not None]
+        reached = [r["ttt"][key] for r in rs if r["ttt"][key] is not None]
         # median over all seeds, a seed that missed counting as +inf
-        all_t = sorted(r["time_to_target_s"] if r["time_to_target_s"] is not None
-                       else math.inf for r in rs)
+        all_t = sorted(r["ttt"][key] if r["ttt"][key] is not None else math.inf for r in rs)
         per_method[method] = {
             "reached": f"{len(reached)}/{len(rs)}",
             "median_ttt_s": median(all_t),
             "median_best": median([r["best"] for r in rs]),
             "median_wall_s": median([r["wall_s"] for r in rs]),
             "median_epochs": median([r["epochs_run"] for r in rs]),
+            "median_first_s": median([r["first_result_s"] for r in rs]),
         }
-    rnd = speedups(runs, seeds, "random", "asha+tpe")
-    opt = speedups(runs, seeds, "optuna", "asha+tpe")
+    rnd = speedups(runs, seeds, "random", "asha+tpe", key)
+    opt = speedups(runs, seeds, "optuna", "asha+tpe", key)
     return {"methods": per_method, "random_over_asha": rnd, "optuna_over_asha": opt}
 
 
@@ -239,13 +249,14 @@ def tables(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int],
                    *[f"{runs[(m, seed)]['wall_s']:.1f}" for m in METHODS],
                    summary["random_over_asha"][0][i], summary["optuna_over_asha"][0][i]])
     h2 = ["method", "reached target", "median time to target", "median best val_accuracy",
-          "median total wall", "median epochs run"]
+          "median time to first result", "median total wall", "median epochs run"]
     r2 = []
     for m in METHODS:
         s = summary["methods"][m]
         ttt = s["median_ttt_s"]
         r2.append([m, s["reached"], f"{ttt:.1f} s" if math.isfinite(ttt) else "not reached",
-                   f"{s['median_best']:.4f}", f"{s['median_wall_s']:.1f} s",
+                   f"{s['median_best']:.4f}", f"{s['median_first_s']:.1f} s",
+                   f"{s['median_wall_s']:.1f} s",
                    f"{s['median_epochs']:.0f}"])
     return h1, r1, h2, r2
 
@@ -258,15 +269,41 @@ def speedup_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(f"{label} time to target: median per-seed ratio "
                      f"{med:.2f} over {n} seed(s) where both reached it" if med is not None
                      else f"{label}: no seed where both reached the target")
-    a, r, o = (summary["methods"][m]["median_ttt_s"] for m in METHODS)
-    lines.append(f"ratio of the median times to target: random/ASHA+TPE {r / a:.2f}, "
-                 f"Optuna/ASHA+TPE {o / a:.2f} (>1: ASHA+TPE faster)")
+    med = {m: st["median_ttt_s"] for m, st in summary["methods"].items()}
+    if "asha+tpe" in med:
+        parts = [f"{label}/ASHA+TPE {med[m] / med['asha+tpe']:.2f}"
+                 for m, label in (("random", "random"), ("optuna", "Optuna")) if m in med]
+        if parts:
+            lines.append(f"ratio of the median times to target: {', '.join(parts)} "
+                         "(>1: ASHA+TPE faster)")
     return lines
+
+
+def targets_table(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int],
+                  args: argparse.Namespace) -> tuple[list[str], list[list[str]]]:
+    """One row per target: seeds that reached it and median time to it, per method, and the
+    median per-seed ratios against ASHA+TPE (over the seeds where both reached it)."""
+    header = ["target", *[f"{m}: reached, median time" for m in METHODS],
+              "random/asha+tpe", "optuna/asha+tpe"]
+    body = []
+    for target in [args.target, *args.more_targets]:
+        key = f"{target:g}"
+        summary = summarise(runs, seeds, key)
+        row = [key]
+        for m in METHODS:
+            st = summary["methods"][m]
+            ttt = st["median_ttt_s"]
+            row.append(f"{st['reached']}, " + (f"{ttt:.1f} s" if math.isfinite(ttt) else "-"))
+        for name in ("random_over_asha", "optuna_over_asha"):
+            _, med, n = summary[name]
+            row.append(f"{med:.2f} (n={n})" if med is not None else "-")
+        body.append(row)
+    return header, body
 
 
 def markdown(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int],
              summary: dict[str, Any], args: argparse.Namespace, argv: list[str], started: str,
-             took_s: float) -> str:
+             took_s: float, dropped: int) -> str:
     h1, r1, h2, r2 = tables(runs, seeds, summary, args)
     worst_err = max(r["time_error_s"] for r in runs.values())
     other = max(r["other_cpu_s"] for r in runs.values())
@@ -286,14 +323,21 @@ max_resource {args.epochs}, reduction_factor {args.reduction_factor}. Time to ta
 starting the process to the first reported epoch with val_accuracy >= {args.target:g}
 (whole process, start-up included); the hpo result times behind these figures are good
 to +-{worst_err:.2f} s or better. `hpo run` keeps the trainable's per-epoch checkpoints
-(hpo's default checkpoint policy); Optuna native writes none. The most CPU other
-processes used during a kept run: {other:.1f} s.
+(hpo's default checkpoint policy); Optuna native writes none. Runs thrown away and run
+again because other processes used more than {args.max_other_cpu:g} CPU s meanwhile:
+{dropped}; the most CPU other processes used during a kept run: {other:.1f} s.
 
 Summary over seeds:
 
 {md_table(h2, r2)}
 
 {chr(10).join('- ' + line for line in speedup_lines(summary))}
+
+The same run scored against other targets (median time over all seeds, a seed that missed
+counting as infinite; ratios: median per-seed time(method) / time(ASHA+TPE), over the n
+seeds where both reached it):
+
+{md_table(*targets_table(runs, seeds, args))}
 
 Per seed (">X (not reached)": the target was not reached in the run's X seconds; a ratio
 with ">"/"<" is a bound from such a run):
@@ -314,14 +358,19 @@ def main() -> None:
     parser.add_argument("--num-samples", type=int, default=40)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--target", type=float, default=0.97)
+    parser.add_argument("--more-targets", default="0.975,0.98",
+                        help="further targets scored from the same runs (comma-separated)")
     parser.add_argument("--reduction-factor", type=int, default=3)
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--hpo-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="passed to `hpo run --set` (repeatable), e.g. "
+                        "checkpoint.frequency=0")
     parser.add_argument("--quick", action="store_true",
                         help="sanity run: 1 seed, 16 trials, 10 epochs")
     parser.add_argument("--max-other-cpu", type=float, default=3.0,
                         help="CPU seconds other processes may use during a kept run")
-    parser.add_argument("--retries", type=int, default=3,
+    parser.add_argument("--retries", type=int, default=8,
                         help="runs that may be repeated in all because the machine was busy")
     parser.add_argument("--quiet-timeout", type=float, default=600.0)
     parser.add_argument("--run-timeout", type=float, default=900.0)
@@ -331,6 +380,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.seeds, args.num_samples, args.epochs = 1, 16, 10
+    args.more_targets = [float(t) for t in args.more_targets.split(",") if t.strip()]
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     METHODS = tuple(m for m in METHODS if m in methods)
     seeds = list(range(args.seeds))
@@ -355,18 +405,20 @@ def main() -> None:
                         f"  best {res['best']:.4f}  wall {res['wall_s']:6.1f} s  "
                         f"epochs {res['epochs_run']}  (other processes: "
                         f"{res['other_cpu_s']:.1f} CPU s)")
-                    if res["other_cpu_s"] > args.max_other_cpu and retries > 0:
-                        retries -= 1
-                        log(f"  machine was busy ({res['other_top']}): run again")
-                        dropped.append(res)
-                        continue
+                    if res["other_cpu_s"] > args.max_other_cpu:
+                        if retries > 0:
+                            retries -= 1
+                            log(f"  machine was busy ({res['other_top']}): run again")
+                            dropped.append(res)
+                            continue
+                        log(f"  machine was busy ({res['other_top']}), no retries left: kept")
                     runs[(method, seed)] = res
                     break
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     took = time.monotonic() - t0
 
-    summary = summarise(runs, seeds, args)
+    summary = summarise(runs, seeds, f"{args.target:g}")
     h1, r1, h2, r2 = tables(runs, seeds, summary, args)
     print()
     print(text_table(h1, r1))
@@ -374,6 +426,8 @@ def main() -> None:
     print(text_table(h2, r2))
     for line in speedup_lines(summary):
         print(line)
+    print()
+    print(text_table(*targets_table(runs, seeds, args)))
     print(f"took {took / 60:.1f} min")
     if args.json:
         args.json.write_text(json.dumps({
@@ -381,7 +435,8 @@ def main() -> None:
             "summary": summary}, indent=2, default=str))
     if args.markdown:
         write_section(args.markdown, "search-efficiency",
-                      markdown(runs, seeds, summary, args, argv, started, took))
+                      markdown(runs, seeds, summary, args, argv, started, took,
+                               len(dropped)))
         log(f"wrote the search-efficiency section of {args.markdown}")
 
 

@@ -208,7 +208,7 @@ def markdown(results: list[dict[str, Any]], argv: list[str], args: argparse.Name
                 default=0.0)
     cmds = "\n".join(f"- {r['workload']['key']}: hpo `{r['commands']['hpo']}` / raw "
                      f"`{r['commands']['raw']}`" for r in results)
-    return f"""### Overhead: `hpo run` vs plain Ray Tune
+    return f"""## Overhead: `hpo run` vs plain Ray Tune
 
 Command: `{shlex.join(['python', 'benchmarks/overhead.py', *argv])}` (run {started}, took
 {took_s / 60:.1f} min). Machine: {machine()}; {versions()}.

@@ -310,7 +310,7 @@ def markdown(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int],
     space = json.dumps(search_space())
     first = seeds[0]
     cmds = "\n".join(f"- {m}: `{runs[(m, first)]['cmd']}`" for m in METHODS)
-    return f"""### Search efficiency on `trainables.digits:train`
+    return f"""## Search efficiency on `trainables.digits:train`
 
 Command: `{shlex.join(['python', 'benchmarks/search_efficiency.py', *argv])}` (run {started},
 took {took_s / 60:.1f} min). Machine: {machine()}; {versions()}.

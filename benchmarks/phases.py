@@ -22,6 +22,7 @@ import functools
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -167,6 +168,7 @@ def main() -> None:
         print(f"  total {secs:7.3f} s in {calls:5d} calls  {name}")
     if args.side == "hpo":
         trial_clock(tmp / "storage", start)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def trial_clock(storage: Path, start: float) -> None:

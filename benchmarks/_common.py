@@ -14,8 +14,10 @@ import contextlib
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -159,6 +161,29 @@ def run_timed(cmd: Sequence[str], *, cwd: str | Path, env: dict[str, str] | None
         wall = time.perf_counter() - t0
     return Timed(wall, proc.returncode, other.other_cpu_s, other.top(), start_epoch,
                  proc.stdout, proc.stderr)
+
+
+def log(*parts: Any) -> None:
+    print(*parts, flush=True)
+
+
+def hpo_run_command(yaml_path: Path, storage: Path, name: str, cpus: int,
+                    sets: Sequence[str] = ()) -> list[str]:
+    """The `hpo run` command line, with the `hpo` script of this interpreter's venv."""
+    hpo = shutil.which("hpo", path=str(Path(sys.executable).parent)) or "hpo"
+    cmd = [hpo, "run", "--storage", str(storage), "--name", name, "--cpus", str(cpus),
+           str(yaml_path)]
+    for item in sets:
+        cmd += ["--set", item]
+    return cmd
+
+
+def run_when_quiet(cmd: Sequence[str], *, env: dict[str, str], quiet_timeout: float,
+                   run_timeout: float) -> Timed:
+    """Wait for a quiet machine, then time cmd run from the repository root."""
+    wait_until_quiet(timeout_s=quiet_timeout, log=log)
+    return run_timed(cmd, cwd=Path(__file__).resolve().parent.parent, env=env,
+                     timeout_s=run_timeout)
 
 
 def machine() -> str:

@@ -39,13 +39,14 @@ if str(ROOT) not in sys.path:
 
 from benchmarks._common import (  # noqa: E402
     Timed,
+    hpo_run_command,
+    log,
     machine,
     md_table,
     median,
-    run_timed,
+    run_when_quiet,
     text_table,
     versions,
-    wait_until_quiet,
     write_section,
 )
 
@@ -89,9 +90,7 @@ def hpo_command(work: Workload, tmp: Path, name: str, cpus: int) -> list[str]:
     }
     yaml_path = tmp / f"{work.key}.yaml"
     yaml_path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    hpo = shutil.which("hpo", path=str(Path(sys.executable).parent)) or "hpo"
-    return [hpo, "run", "--storage", str(tmp / "storage"), "--name", name,
-            "--cpus", str(cpus), str(yaml_path)]
+    return hpo_run_command(yaml_path, tmp / "storage", name, cpus)
 
 
 def raw_command(work: Workload, tmp: Path, name: str, cpus: int) -> list[str]:
@@ -118,8 +117,8 @@ def run_one(side: str, work: Workload, tmp: Path, tag: str, args: argparse.Names
     name = f"{side}-{work.key}-{tag}"
     build = hpo_command if side == "hpo" else raw_command
     cmd = build(work, tmp, name, args.cpus)
-    wait_until_quiet(timeout_s=args.quiet_timeout, log=log)
-    timed = run_timed(cmd, cwd=ROOT, env=env, timeout_s=args.run_timeout)
+    timed = run_when_quiet(cmd, env=env, quiet_timeout=args.quiet_timeout,
+                           run_timeout=args.run_timeout)
     trials, lines = count_results(tmp / "storage" / name)
     timed.extra.update(trials=trials, results=lines, cmd=shlex.join(cmd))
     expected = (work.trials, work.trials * work.reports_per_trial)
@@ -132,10 +131,6 @@ def run_one(side: str, work: Workload, tmp: Path, tag: str, args: argparse.Names
     timed.stderr = timed.stderr[-2000:]
     shutil.rmtree(tmp / "storage" / name, ignore_errors=True)
     return timed
-
-
-def log(*parts: Any) -> None:
-    print(*parts, flush=True)
 
 
 def measure(work: Workload, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:

@@ -42,13 +42,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import (  # noqa: E402
+    hpo_run_command,
+    log,
     machine,
     md_table,
     median,
-    run_timed,
+    run_when_quiet,
     text_table,
     versions,
-    wait_until_quiet,
     write_section,
 )
 
@@ -151,13 +152,9 @@ def run_method(method: str, seed: int, tmp: Path, args: argparse.Namespace,
     else:
         yaml_path = tmp / f"{name}.yaml"
         yaml_path.write_text(yaml.safe_dump(hpo_spec(method, name, seed, args), sort_keys=False))
-        hpo = shutil.which("hpo", path=str(Path(sys.executable).parent)) or "hpo"
-        cmd = [hpo, "run", "--storage", str(tmp / "storage"), "--name", name,
-               "--cpus", str(args.cpus), str(yaml_path)]
-        for item in args.hpo_set:
-            cmd += ["--set", item]
-    wait_until_quiet(timeout_s=args.quiet_timeout, log=log)
-    timed = run_timed(cmd, cwd=ROOT, env=env, timeout_s=args.run_timeout)
+        cmd = hpo_run_command(yaml_path, tmp / "storage", name, args.cpus, args.hpo_set)
+    timed = run_when_quiet(cmd, env=env, quiet_timeout=args.quiet_timeout,
+                           run_timeout=args.run_timeout)
     if timed.returncode != 0:
         log(timed.stdout[-3000:], timed.stderr[-3000:])
         raise SystemExit(f"{method} seed {seed} failed (rc {timed.returncode}): "
@@ -181,10 +178,6 @@ def run_method(method: str, seed: int, tmp: Path, args: argparse.Namespace,
         "epochs_run": len(events), "trials": trials, "time_error_s": err,
         "other_cpu_s": timed.other_cpu_s, "other_top": timed.other_top,
     }
-
-
-def log(*parts: Any) -> None:
-    print(*parts, flush=True)
 
 
 # ---------------------------------------------------------------- summary

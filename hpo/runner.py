@@ -29,7 +29,11 @@ class RunResult:
     path: Path
     dataframe: pd.DataFrame
     best_config: dict[str, Any] = field(default_factory=dict)
-    errors: int = 0
+
+    @property
+    def errors(self) -> int:
+        """Trials that failed after their retries."""
+        return int((self.dataframe["status"] == "ERROR").sum())
 
     def errors_summary(self) -> str:
         """One line: how many trials failed and the last line of the first one's error."""
@@ -167,9 +171,8 @@ def _outcome(exp_dir: Path, spec: Spec) -> RunResult:
         raise RunError(f"the run stopped with {unfinished} trial(s) unfinished. Hint: "
                        f"`hpo resume {exp_dir}` continues it")
     metric = frame.attrs.get("metric", "")
-    errors = int((frame["status"] == "ERROR").sum()) if not frame.empty else 0
     if frame.empty or frame[f"best_{metric}"].isna().all():
         raise RunError(f"{exp_dir}: no trial reported the metric '{metric}'. Hint: the trainable "
                        f"must call hpo.report({{'{metric}': ...}}); see the trials' error.txt "
                        f"and {LOG_FILE}")
-    return RunResult(exp_dir, frame, best_config(frame), errors)
+    return RunResult(exp_dir, frame, best_config(frame))

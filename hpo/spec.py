@@ -106,10 +106,10 @@ class Spec(Strict):
         scheduler, every = self.scheduler, self.checkpoint.frequency
         if not isinstance(scheduler, (Pbt, Pb2)):
             return
-        # Perturbations counted in seconds cannot line up with report counts.
-        aligned = scheduler.time_attr != "training_iteration" or (
-            every and scheduler.perturbation_interval % every == 0)
-        if not aligned or every == 0:
+        # Perturbations counted in seconds cannot line up with report counts: only check those
+        # counted in iterations.
+        by_iteration = scheduler.time_attr == "training_iteration"
+        if every == 0 or (by_iteration and scheduler.perturbation_interval % every):
             raise FieldProblem("checkpoint.frequency",
                                f"must divide scheduler.perturbation_interval (got {every}, "
                                f"interval {scheduler.perturbation_interval:g})",

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Set-up on a fresh machine: .venv with torch, hpo and Horovod (built from source, see
+# install-horovod.sh). With --test it adds the test tools and the system programs the tests
+# start themselves (a real Slurm, headless Chromium). Safe to run again: done steps are skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras=""
+if [ "${1:-}" = "--test" ]; then
+  extras="[test]"
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+# torch is pinned: a bare `torch` pulls several GB of CUDA packages onto a CPU machine. On a GPU
+# cluster install the CUDA build of this version first; pip then keeps it.
+.venv/bin/pip install --quiet "torch==${HPO_TORCH_VERSION:-2.13.0}" -e ".$extras"
+PYTHON=.venv/bin/python bash scripts/install-horovod.sh
+
+# System packages the test suite starts (one per line below; the tests say why they need them).
+test_system_packages=(
+)
+if [ -n "$extras" ] && [ ${#test_system_packages[@]} -gt 0 ]; then
+  missing=()
+  for package in "${test_system_packages[@]}"; do
+    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq
+    # A policy-rc.d keeps the packages' init scripts from starting system-wide daemons.
+    own_policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+      own_policy=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
+  fi
+fi

@@ -56,18 +56,27 @@ def _as_spec(spec: Spec | dict[str, Any] | str | Path, source: str) -> tuple[Spe
 def _trainable(spec: Spec, source: str) -> Any:
     from ray import tune
 
-    func = with_session(load_trainable(spec.trainable, source), spec.checkpoint.frequency)
+    func = load_trainable(spec.trainable, source)
+    if spec.distributed:
+        from hpo.distributed import distributed_trainable
+
+        return distributed_trainable(func, spec.distributed, spec.checkpoint.frequency)
     need = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
-    return tune.with_resources(func, need)
+    return tune.with_resources(with_session(func, spec.checkpoint.frequency), need)
 
 
 def _check_fits(spec: Spec, source: str, cluster: dict[str, float]) -> None:
     """Fail fast (instead of Tune waiting forever) when one trial needs more than exists."""
+    ranks = spec.distributed
     for key, need in (("CPU", spec.resources.cpus_per_trial),
                       ("GPU", spec.resources.gpus_per_trial)):
+        field = f"resources.{key.lower()}s_per_trial"
+        if ranks:
+            field = f"distributed.{key.lower()}s_per_worker"
+            need = ranks.workers * getattr(ranks, f"{key.lower()}s_per_worker")
         have = cluster.get(key, 0.0)
         if need > have:
-            raise ConfigError(source, f"resources.{key.lower()}s_per_trial",
+            raise ConfigError(source, field,
                               f"one trial needs {need:g} {key}s but the cluster has {have:g}",
                               "lower it, or run on a node/allocation that has them")
 

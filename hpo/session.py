@@ -17,23 +17,36 @@ from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 _STATE_PT, _STATE_PKL, _DIR, _ITER = "hpo_state.pt", "hpo_state.pkl", "hpo_dir", "hpo_iteration"
+
+
+class RankLink(Protocol):
+    """How a data-parallel rank reaches its trial (see hpo.distributed.rank)."""
+
+    main: bool  # rank 0: the only rank whose reports reach the scheduler
+
+    def send(self, metrics: dict[str, Any], checkpoint: Path | None) -> None:
+        """Hand rank 0's report (and checkpoint folder) to the trial, wait until it goes on."""
+
+    def restored(self) -> Path | None:
+        """A local copy of the checkpoint the trial was started from, if any."""
 
 
 @dataclass
 class _Trial:
     checkpoint_every: int = 1  # attach every Nth report's checkpoint; 0: never
     reports: int = 0
+    link: RankLink | None = None  # set on the ranks of a data-parallel trial
 
 
 _current: ContextVar[_Trial | None] = ContextVar("hpo_trial", default=None)
 
 
 @contextlib.contextmanager
-def trial_session(checkpoint_every: int) -> Iterator[None]:
-    token = _current.set(_Trial(checkpoint_every))
+def trial_session(checkpoint_every: int, link: RankLink | None = None) -> Iterator[None]:
+    token = _current.set(_Trial(checkpoint_every, link=link))
     try:
         yield
     finally:
@@ -59,7 +72,12 @@ def report(metrics: Mapping[str, Any], checkpoint: Any = None) -> None:
     trial = _trial()
     trial.reports += 1
     every = trial.checkpoint_every
-    if checkpoint is None or every == 0 or trial.reports % every:
+    if checkpoint is not None and (every == 0 or trial.reports % every):
+        checkpoint = None
+    if trial.link is not None:
+        if trial.link.main:  # the others' reports are copies; their checkpoints, not written
+            _send_from_rank(trial.link, dict(metrics), checkpoint, trial.reports)
+    elif checkpoint is None:
         tune.report(dict(metrics))
     elif isinstance(checkpoint, tune.Checkpoint):
         tune.report(dict(metrics), checkpoint=checkpoint)
@@ -67,6 +85,21 @@ def report(metrics: Mapping[str, Any], checkpoint: Any = None) -> None:
         with tempfile.TemporaryDirectory(prefix="hpo-ckpt-") as tmp:
             _write_checkpoint(Path(tmp), checkpoint, trial.reports)
             tune.report(dict(metrics), checkpoint=tune.Checkpoint.from_directory(tmp))
+
+
+def _send_from_rank(link: RankLink, metrics: dict[str, Any], checkpoint: Any,
+                    reports: int) -> None:
+    from ray import tune
+
+    if checkpoint is None:
+        link.send(metrics, None)
+    elif isinstance(checkpoint, tune.Checkpoint):
+        with checkpoint.as_directory() as folder:
+            _send_from_rank(link, metrics, str(folder), reports)
+    else:
+        with tempfile.TemporaryDirectory(prefix="hpo-ckpt-") as tmp:
+            _write_checkpoint(Path(tmp), checkpoint, reports)
+            link.send(metrics, Path(tmp))
 
 
 def _write_checkpoint(folder: Path, checkpoint: Any, reports: int) -> None:
@@ -86,14 +119,9 @@ def get_checkpoint() -> Any:
     Returns None when the trial starts fresh. A checkpoint written by plain Ray Tune code
     comes back as the path of a local copy of its directory.
     """
-    from ray import tune
-
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is None:
+    local = _local_copy_of_checkpoint()
+    if local is None:
         return None
-    local = Path(tempfile.mkdtemp(prefix="hpo-restore-"))
-    with checkpoint.as_directory() as folder:
-        shutil.copytree(folder, local, dirs_exist_ok=True)
     if (local / _ITER).exists():
         _trial().reports = int((local / _ITER).read_text())
     if (local / _DIR).exists() or not any(local.glob("hpo_state.*")):
@@ -102,6 +130,21 @@ def get_checkpoint() -> Any:
         return _load_state(local)
     finally:
         shutil.rmtree(local, ignore_errors=True)
+
+
+def _local_copy_of_checkpoint() -> Path | None:
+    from ray import tune
+
+    link = _trial().link
+    if link is not None:
+        return link.restored()
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        return None
+    local = Path(tempfile.mkdtemp(prefix="hpo-restore-"))
+    with checkpoint.as_directory() as folder:
+        shutil.copytree(folder, local, dirs_exist_ok=True)
+    return local
 
 
 def _load_state(folder: Path) -> Any:

@@ -38,6 +38,17 @@ class FailurePolicy(Strict):
     max_failures: Annotated[int, Field(ge=-1)] = 0  # retries per trial; -1: unlimited
 
 
+class Distributed(Strict):
+    """Data-parallel trials: each trial runs the trainable on `workers` ranks."""
+
+    backend: Literal["horovod", "ddp"]
+    workers: PositiveInt
+    cpus_per_worker: PositiveFloat = 1
+    gpus_per_worker: NonNegativeFloat = 0
+    timeout_s: PositiveFloat = 1800  # rank 0 silent this long (a hung rank): the trial fails
+    env: dict[str, str] = Field(default_factory=dict)  # e.g. HOROVOD_CYCLE_TIME, NCCL_*
+
+
 class Spec(Strict):
     """One experiment; see search_spaces/ for examples of every key."""
 
@@ -52,6 +63,7 @@ class Spec(Strict):
     scheduler: Scheduler = Field(default_factory=lambda: Fifo(type="fifo"))
     search: Searcher = Field(default_factory=lambda: Random(type="random"))
     resources: Resources = Field(default_factory=Resources)
+    distributed: Distributed | None = None
     stop: dict[str, float] = Field(default_factory=dict)
     time_budget_s: PositiveFloat | None = None
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
@@ -100,6 +112,10 @@ class Spec(Strict):
             raise FieldProblem(f"search_space.{problem.field}", problem.message,
                                problem.hint) from None
         self._check_population_checkpoints()
+        if self.distributed and self.resources.model_fields_set:
+            raise FieldProblem("resources", "cannot be combined with distributed",
+                               "a data-parallel trial takes distributed.workers x "
+                               "cpus_per_worker/gpus_per_worker; drop resources")
         return self
 
     def _check_population_checkpoints(self) -> None:

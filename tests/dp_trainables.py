@@ -1,0 +1,84 @@
+"""Small data-parallel trainables for the tests, loaded by file path like a user's own."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+import hpo
+from hpo import dist
+
+
+def _data(items: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(7)
+    x = torch.randn(items, 8, generator=generator)
+    y = x @ torch.arange(1.0, 9.0) + 0.1 * torch.randn(items, generator=generator)
+    return x, y
+
+
+def _fresh(config: dict[str, Any]) -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Linear(8, 1)
+    return model, torch.optim.SGD(model.parameters(), lr=config.get("lr", 0.01), momentum=0.9)
+
+
+def one_step(config: dict[str, Any]) -> None:
+    """One SGD step on the first global batch; rank 0 saves the parameters for comparison."""
+    model, optimizer = _fresh(config)
+    model, optimizer = dist.prepare(model, optimizer)
+    x, y = _data()
+    rows = dist.shard(len(x), epoch=0)[:dist.local_batch_size(config["batch_size"])]
+    loss = nn.functional.mse_loss(model(x[rows]).squeeze(1), y[rows])
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    if dist.is_main():
+        weights = torch.cat([p.detach().flatten() for p in dist.unwrap(model).parameters()])
+        np.save(config["out"], weights.numpy())
+    hpo.report({"loss": dist.allreduce_mean(loss.item()), "ranks": dist.size(),
+                "backend": dist.backend()})
+
+
+def regression(config: dict[str, Any]) -> None:
+    """Epochs of sharded SGD with a checkpoint each epoch; `kill_rank` SIGKILLs that rank once
+    at `kill_epoch` (a marker file under `marker_dir` keeps the retry alive)."""
+    model, optimizer = _fresh(config)
+    state = hpo.get_checkpoint()
+    start = 0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start = state["epoch"] + 1
+    model, optimizer = dist.prepare(model, optimizer)
+    x, y = _data()
+    local = dist.local_batch_size(config.get("batch_size", 32))
+    for epoch in range(start, config.get("epochs", 4)):
+        _maybe_die(config, epoch)
+        rows = dist.shard(len(x), epoch)
+        for begin in range(0, len(rows) - local + 1, local):
+            batch = rows[begin:begin + local]
+            loss = nn.functional.mse_loss(model(x[batch]).squeeze(1), y[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        with torch.no_grad():
+            val = dist.allreduce_mean(nn.functional.mse_loss(model(x).squeeze(1), y).item())
+        state = {"model": dist.unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
+                 "epoch": epoch}
+        hpo.report({"loss": val, "epoch": epoch, "ranks": dist.size(), "start": start,
+                    "pid": os.getpid()}, checkpoint=state)
+
+
+def _maybe_die(config: dict[str, Any], epoch: int) -> None:
+    if config.get("kill_rank") != dist.rank() or config.get("kill_epoch") != epoch:
+        return
+    marker = Path(config["marker_dir"]) / f"killed-{dist.rank()}"
+    if not marker.exists():
+        marker.write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -180,8 +180,12 @@ def _outcome(exp_dir: Path, spec: Spec) -> RunResult:
         raise RunError(f"the run stopped with {unfinished} trial(s) unfinished. Hint: "
                        f"`hpo resume {exp_dir}` continues it")
     metric = frame.attrs.get("metric", "")
+    result = RunResult(exp_dir, frame)
     if frame.empty or frame[f"best_{metric}"].isna().all():
+        if result.errors:  # the cause is more use than "no metric"
+            raise RunError(result.errors_summary())
         raise RunError(f"{exp_dir}: no trial reported the metric '{metric}'. Hint: the trainable "
                        f"must call hpo.report({{'{metric}': ...}}); see the trials' error.txt "
                        f"and {LOG_FILE}")
-    return RunResult(exp_dir, frame, best_config(frame))
+    result.best_config = best_config(frame)
+    return result

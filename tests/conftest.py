@@ -22,3 +22,14 @@ def hpo_cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.Co
 @pytest.fixture
 def storage(tmp_path: Path) -> Path:
     return tmp_path / "results"
+
+
+def trial_rows(exp_dir: Path) -> dict[str, list[dict]]:
+    """Every result each trial reported, read from its result.json, keyed by trial folder."""
+    import json
+
+    return {
+        result.parent.name: [json.loads(line) for line in result.read_text().splitlines()
+                             if line.strip()]
+        for result in sorted(exp_dir.glob("*/result.json"))
+    }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,9 @@ def one_step(config: dict[str, Any]) -> None:
 
 
 def regression(config: dict[str, Any]) -> None:
-    """Epochs of sharded SGD with a checkpoint each epoch; `kill_rank` SIGKILLs that rank once
-    at `kill_epoch` (a marker file under `marker_dir` keeps the retry alive)."""
+    """Epochs of sharded SGD with a checkpoint each epoch. `kill_rank` SIGKILLs that rank once
+    at `kill_epoch` (a marker file under `marker_dir` lets the retry live); `hang_rank` sleeps
+    at `hang_epoch`."""
     model, optimizer = _fresh(config)
     state = hpo.get_checkpoint()
     start = 0
@@ -76,6 +78,8 @@ def regression(config: dict[str, Any]) -> None:
 
 
 def _maybe_die(config: dict[str, Any], epoch: int) -> None:
+    if config.get("hang_rank") == dist.rank() and config.get("hang_epoch") == epoch:
+        time.sleep(3600)
     if config.get("kill_rank") != dist.rank() or config.get("kill_epoch") != epoch:
         return
     marker = Path(config["marker_dir"]) / f"killed-{dist.rank()}"

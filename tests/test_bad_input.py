@@ -53,6 +53,8 @@ failure:
   max_failures: 0
 """
 
+NO_RESOURCES = BASE.replace("resources:\n  cpus_per_trial: 1\n", "")
+DIST = "distributed:\n  backend: horovod\n  workers: 2\n"
 ASHA = "scheduler:\n  type: asha\n  max_t: 2\n  grace_period: 1\n"
 LR_MUTATION = "  hyperparam_mutations:\n    lr:\n      loguniform: [1.0e-4, 1.0e-1]\n"
 
@@ -266,6 +268,18 @@ CASES = [
          file="exp[v2].yaml"),
     Case("value-with-brackets", sub("name: digits-asha", "name: '[bold]x'"), "name",
          "'[bold]x'"),
+    # --- distributed: data-parallel trials ---------------------------------------------
+    Case("distributed-unknown-backend", NO_RESOURCES + DIST.replace("horovod", "hovorod"),
+         "distributed.backend", "'hovorod'", ("horovod",)),
+    Case("distributed-unknown-key", NO_RESOURCES + DIST + "  worker: 2\n",
+         "distributed.worker", extra=("did you mean 'workers'",)),
+    Case("distributed-zero-workers", NO_RESOURCES + DIST.replace("workers: 2", "workers: 0"),
+         "distributed.workers", "0"),
+    Case("distributed-workers-missing", NO_RESOURCES + DIST.replace("  workers: 2\n", ""),
+         "distributed.workers", extra=("missing",)),
+    Case("distributed-with-resources", BASE + DIST, "resources", extra=("distributed",)),
+    Case("distributed-env-not-text", NO_RESOURCES + DIST + "  env: {A: [1]}\n",
+         "distributed.env.A"),
 ]
 
 

@@ -95,7 +95,8 @@ class DdpGroup:
         } for index, node in enumerate(nodes)]
 
     def run(self, func: Callable[..., Any], args: list[Any]) -> list[ray.ObjectRef]:
-        return [rank.run.remote(env, func, args) for rank, env in zip(self._ranks, self._envs)]
+        pairs = zip(self._ranks, self._envs, strict=True)
+        return [rank.run.remote(env, func, args) for rank, env in pairs]
 
     def shutdown(self) -> None:
         for rank in self._ranks:

@@ -18,6 +18,10 @@ SHRINK = {
                     "stop.training_iteration=4"],
     "digits-pbt": ["constants.epochs=6"],
     "digits-pb2": ["constants.epochs=6"],
+    "images-horovod-asha": ["num_samples=3", "constants.epochs=2", "scheduler.max_t=2",
+                            "constants.train_size=1024", "constants.val_size=256"],
+    "images-ddp-pbt": ["num_samples=2", "constants.epochs=4", "constants.train_size=1024",
+                       "constants.val_size=256"],
 }
 
 

@@ -74,9 +74,9 @@ def _check_fits(spec: Spec, source: str, cluster: dict[str, float]) -> None:
 
 def _tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any]) -> Any:
     from ray import tune
-    from ray.tune.logger import TBXLoggerCallback
 
     from hpo.progress import LiveProgress
+    from hpo.tensorboard import TensorBoardLogger
 
     tune_config = tune.TuneConfig(
         metric=spec.metric, mode=spec.mode, num_samples=spec.num_samples,
@@ -87,8 +87,8 @@ def _tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any]
     run_config = tune.RunConfig(
         name=exp_dir.name, storage_path=str(exp_dir.parent), stop=spec.stop or None,
         verbose=0, log_to_file=True,
-        # TensorBoard named explicitly: Ray adds it only when tensorboardX imports, silently.
-        callbacks=[LiveProgress(spec.metric, spec.mode, spec.num_samples), TBXLoggerCallback(),
+        # Ray would add its own TensorBoard logger, which loses restarted trials' scalars.
+        callbacks=[LiveProgress(spec.metric, spec.mode, spec.num_samples), TensorBoardLogger(),
                    *extra_callbacks],
         checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoint.keep),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),

@@ -26,7 +26,7 @@ def check_storage(value: str) -> None:
 
     try:
         url = make_url(value)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: e.g. a port that is not a number
         raise FieldProblem("", f"not a database URL: {value!r}", "e.g. "
                            "sqlite:///optuna.db or postgresql://user@host/db") from None
     dialect = url.get_backend_name()

@@ -149,10 +149,8 @@ def best(experiment_dir: Path) -> None:
 
 @app.command()
 @_guarded
-def report(experiment_dir: Path,
-           output: Path | None = typer.Option(None, "-o", "--output",
-                                              help="HTML file [default: EXPERIMENT_DIR/report.html]"
-                                              )) -> None:
+def report(experiment_dir: Path, output: Path | None = typer.Option(
+        None, "-o", "--output", help="HTML file [default: EXPERIMENT_DIR/report.html]")) -> None:
     """One self-contained HTML report (plots, table, best config) plus the plots as PNGs."""
     from hpo.reporting import build_report
 

@@ -147,5 +147,21 @@ def best(experiment_dir: Path) -> None:
     sys.stdout.write(yaml.safe_dump(best_config(load_results(experiment_dir)), sort_keys=False))
 
 
+@app.command()
+@_guarded
+def report(experiment_dir: Path, output: Path | None = typer.Option(
+        None, "-o", "--output", help="HTML file [default: EXPERIMENT_DIR/report.html]")) -> None:
+    """One self-contained HTML report (plots, table, best config) plus the plots as PNGs."""
+    from hpo.reporting import build_report
+
+    done = build_report(experiment_dir, output)
+    out.print(f"report: {done.html} ({done.trials} trials; figures in "
+              f"{done.html.stem}_figures/)", highlight=False, soft_wrap=True)
+    if done.unfinished:
+        err.print(f"note: {done.unfinished} trial(s) unfinished: the experiment is still running "
+                  "(or was interrupted); the report is a snapshot", highlight=False,
+                  soft_wrap=True)
+
+
 def main() -> None:
     app()

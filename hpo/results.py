@@ -6,6 +6,7 @@ states come from Tune's latest experiment snapshot, curves from each trial's res
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -35,15 +36,20 @@ def saved_spec(exp_dir: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
-def _curve(trial_dir: Path) -> list[dict[str, Any]]:
+def trial_results(trial_dir: Path) -> list[dict[str, Any]]:
+    """Every result a trial reported, in order (its result.json; empty before the first)."""
     path = trial_dir / "result.json"
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    results = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):  # a line Tune is writing right now
+            results.append(json.loads(line))
+    return results
 
 
 def _row(trial: dict[str, Any], exp_dir: Path, metric: str, mode: str) -> dict[str, Any]:
-    curve = _curve(exp_dir / trial["relative_logdir"])
+    curve = trial_results(exp_dir / trial["relative_logdir"])
     values = [r[metric] for r in curve if isinstance(r.get(metric), (int, float))]
     pick = max if mode == "max" else min
     last = curve[-1] if curve else {}

@@ -81,10 +81,11 @@ def _check_fits(spec: Spec, source: str, cluster: dict[str, float]) -> None:
                               "lower it, or run on a node/allocation that has them")
 
 
-def _tuner(spec: Spec, trainable: Any, exp_dir: Path) -> Any:
+def _tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any]) -> Any:
     from ray import tune
 
     from hpo.progress import LiveProgress
+    from hpo.tensorboard import TensorBoardLogger
 
     tune_config = tune.TuneConfig(
         metric=spec.metric, mode=spec.mode, num_samples=spec.num_samples,
@@ -95,7 +96,9 @@ def _tuner(spec: Spec, trainable: Any, exp_dir: Path) -> Any:
     run_config = tune.RunConfig(
         name=exp_dir.name, storage_path=str(exp_dir.parent), stop=spec.stop or None,
         verbose=0, log_to_file=True,
-        callbacks=[LiveProgress(spec.metric, spec.mode, spec.num_samples)],
+        # Ray would add its own TensorBoard logger, which loses restarted trials' scalars.
+        callbacks=[LiveProgress(spec.metric, spec.mode, spec.num_samples), TensorBoardLogger(),
+                   *extra_callbacks],
         checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoint.keep),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
     )
@@ -125,10 +128,13 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
     if (exp_dir / SPEC_FILE).exists():
         raise ExperimentError(f"{exp_dir}: an experiment already exists here. Hint: "
                               f"`hpo resume {exp_dir}` continues it; --name starts another")
+    from hpo.optuna_mirror import mirror_for
+
+    mirror = mirror_for(spec, source, exp_dir.name)  # a bad optuna_storage fails here
     exp_dir.mkdir(parents=True, exist_ok=True)
     with _ray_for(spec, source, exp_dir, num_cpus):
         (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec), sort_keys=False))
-        _fit(_tuner(spec, trainable, exp_dir), spec)
+        _fit(_tuner(spec, trainable, exp_dir, mirror), spec)
     return _outcome(exp_dir, spec)
 
 

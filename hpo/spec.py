@@ -70,6 +70,7 @@ class Spec(Strict):
     failure: FailurePolicy = Field(default_factory=FailurePolicy)
     storage: str = "./hpo-results"
     reuse_actors: bool = True  # one worker process serves many trials (no re-import per trial)
+    optuna_storage: str | None = None  # mirror trials into an Optuna study: journal file or URL
 
     @model_validator(mode="before")
     @classmethod
@@ -98,6 +99,15 @@ class Spec(Strict):
         if not _TRAINABLE.match(value):
             raise FieldProblem("", f"expected 'package.module:function' or 'file.py:function', "
                                f"got {value!r}", "e.g. trainables.digits:train")
+        return value
+
+    @field_validator("optuna_storage")
+    @classmethod
+    def _optuna_storage(cls, value: str | None) -> str | None:
+        from hpo.optuna_storage import check_storage
+
+        if value is not None:
+            check_storage(value)
         return value
 
     @model_validator(mode="after")

@@ -18,6 +18,7 @@ PYTHON=.venv/bin/python bash scripts/install-horovod.sh
 
 # System packages the test suite starts (one per line below; the tests say why they need them).
 test_system_packages=(
+  chromium  # tests/test_report.py renders the HTML report headless: no JS errors, plots drawn
 )
 if [ -n "$extras" ] && [ ${#test_system_packages[@]} -gt 0 ]; then
   missing=()

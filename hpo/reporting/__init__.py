@@ -1,0 +1,90 @@
+"""`hpo report`: an experiment folder -> one self-contained HTML page plus PNG figures.
+
+Example:
+    >>> from hpo.reporting import build_report
+    >>> report = build_report("hpo-results/digits-asha")  # writes .../report.html
+    >>> report.html, report.figures
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpo.errors import ExperimentError
+from hpo.reporting.data import Experiment, load_experiment
+
+__all__ = ["Report", "build_report"]
+REPORT_FILE = "report.html"
+
+
+@dataclass(frozen=True)
+class Report:
+    """What `build_report` wrote: the page, its PNGs, and the state it showed."""
+
+    html: Path
+    figures: list[Path] = field(default_factory=list)
+    trials: int = 0
+    unfinished: int = 0
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def build_report(experiment_dir: str | Path, output: str | Path | None = None) -> Report:
+    """Write `output` (default EXPERIMENT_DIR/report.html) and `<stem>_figures/*.png` beside it."""
+    exp = load_experiment(experiment_dir)
+    html_path = Path(output).expanduser() if output else exp.path / REPORT_FILE
+    if html_path.is_dir():
+        raise ExperimentError(f"-o {html_path}: is a folder. Hint: name a file, e.g. "
+                              f"{html_path / REPORT_FILE}")
+    if not html_path.parent.is_dir():
+        raise ExperimentError(f"-o {html_path}: folder {html_path.parent} does not exist. "
+                              "Hint: create it first")
+    sections, notes = _sections(exp)
+    figure_dir = html_path.with_name(f"{html_path.stem}_figures")
+    figure_dir.mkdir(exist_ok=True)
+    pngs = []
+    for section in sections:
+        pngs.append(figure_dir / f"{section.name}.png")
+        pngs[-1].write_bytes(section.png)
+    from hpo.reporting.html import page
+
+    html_path.write_text(page(exp, sections, notes), encoding="utf-8")
+    return Report(html_path, pngs, len(exp.table), exp.unfinished, notes)
+
+
+def _sections(exp: Experiment) -> tuple[list[Any], dict[str, str]]:
+    """Every figure that applies to this experiment, and a note for each that could not be."""
+    from hpo.reporting import analysis, figures
+    from hpo.reporting.html import Section
+
+    study = analysis.as_study(exp)
+    scores = analysis.importances(study)
+    drawn = [
+        ("learning_curves", "Learning curves", figures.learning_curves(exp),
+         "x: stopped early by the scheduler; open circle: still running; red X: failed."),
+        ("rungs", "Rung occupancy", figures.rungs(exp),
+         "Trials whose furthest report reached each rung of the successive-halving ladder."),
+        ("pbt_lineage", "PBT lineage", figures.pbt_lineage(exp),
+         "Top: each trial's iterations; arrows from the trial it cloned (at its iteration) to "
+         "the trial that exploited it. Below: each mutated hyperparameter over time."),
+        ("parallel_coordinates", "Hyperparameters against the metric",
+         figures.parallel_coordinates(exp, study), "Axes scaled to the searched range; "
+         "values are each trial's final config and best metric."),
+        ("importance", "Hyperparameter importance",
+         figures.importance(scores) if isinstance(scores, dict) else None,
+         "Optuna's fANOVA evaluator over the trials' final configs and best metric."),
+    ]
+    notes = {} if isinstance(scores, dict) else {"importance": f"Importance: {scores}"}
+    return [Section(name, title, _png(fig), caption)
+            for name, title, fig, caption in drawn if fig is not None], notes
+
+
+def _png(figure: Any) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(figure)
+    return buffer.getvalue()

@@ -1,0 +1,161 @@
+"""What a report shows, read from an experiment folder alone (no Ray, no running driver).
+
+The saved spec is read as plain data, not re-validated: a report must work after the folder
+was moved to a laptop, where the trainable or the `optuna_storage` path may not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from hpo.distributions import Distribution
+from hpo.errors import ExperimentError
+from hpo.results import SPEC_FILE, load_results, saved_spec, trial_results
+
+UNFINISHED = ("RUNNING", "PENDING")
+PBT_LOG = "pbt_global.txt"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment as tables: trials (best first), reports, and PBT exploits."""
+
+    path: Path
+    spec: dict[str, Any]
+    table: pd.DataFrame  # load_results: one row per trial, best first
+    curves: pd.DataFrame  # one row per report: trial_id, training_iteration, metric, ...
+    exploits: pd.DataFrame  # PBT: trial_id cloned source_id at iteration / source_iteration
+
+    @property
+    def metric(self) -> str:
+        return str(self.spec["metric"])
+
+    @property
+    def mode(self) -> str:
+        return str(self.spec["mode"])
+
+    @property
+    def scheduler(self) -> dict[str, Any]:
+        return dict(self.spec.get("scheduler") or {"type": "fifo"})
+
+    @property
+    def unfinished(self) -> int:
+        """Trials the snapshot shows running or waiting: a live (or interrupted) run."""
+        return int(self.table["status"].isin(UNFINISHED).sum())
+
+    def space(self) -> dict[str, Distribution]:
+        """The searched hyperparameters (PBT's mutations included) as hpo distributions."""
+        entries = {**self.spec.get("search_space", {}),
+                   **self.scheduler.get("hyperparam_mutations", {})}
+        return {name: Distribution.model_validate(d) for name, d in entries.items()}
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read an experiment folder; clear errors for folders a report cannot be made of."""
+    exp_dir = Path(path).expanduser().resolve()
+    if not exp_dir.is_dir():
+        raise ExperimentError(f"{exp_dir}: no such folder. Hint: check the path")
+    spec = saved_spec(exp_dir)
+    if not any(exp_dir.glob("experiment_state-*.json")):
+        raise ExperimentError(f"{exp_dir}: the experiment has not saved its first snapshot yet "
+                              f"({SPEC_FILE} but no experiment_state-*.json). Hint: if it is "
+                              "starting, try again in a few seconds")
+    table = load_results(exp_dir)
+    if table.empty:
+        raise ExperimentError(f"{exp_dir}: the experiment has no trials yet. Hint: if it is "
+                              "running, try again once its first trials have started")
+    # PBT's mutated keys may be missing from search_space; their values change over time.
+    mutations = (spec.get("scheduler") or {}).get("hyperparam_mutations", {})
+    space = list({**spec.get("search_space", {}), **mutations})
+    curves = pd.concat([_curve(row, spec, space) for _, row in table.iterrows()],
+                       ignore_index=True)
+    return Experiment(exp_dir, spec, table, curves, _exploits(exp_dir, table))
+
+
+def _curve(row: pd.Series, spec: dict[str, Any], space: list[str]) -> pd.DataFrame:
+    """One trial's reports: iteration, metric, the scheduler's time axis and its config."""
+    time_attr = (spec.get("scheduler") or {}).get("time_attr", "training_iteration")
+    records = []
+    for result in trial_results(Path(row["path"])):
+        config = result.get("config", {})
+        records.append({
+            "trial_id": row["trial_id"],
+            "training_iteration": result.get("training_iteration"),
+            spec["metric"]: _number(result.get(spec["metric"])),
+            "time": _number(result.get(time_attr)),
+            **{f"config/{k}": config.get(k) for k in space},
+        })
+    columns = ["trial_id", "training_iteration", spec["metric"], "time"]
+    return pd.DataFrame(records, columns=[*columns, *(f"config/{k}" for k in space)])
+
+
+def _number(value: Any) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok and math.isfinite(value) else math.nan
+
+
+def _exploits(exp_dir: Path, table: pd.DataFrame) -> pd.DataFrame:
+    """PBT's own exploit log (pbt_global.txt): who cloned whom, at which iterations."""
+    columns = ["trial_id", "source_id", "iteration", "source_iteration", "old", "new"]
+    log = exp_dir / PBT_LOG
+    if not log.is_file():
+        return pd.DataFrame(columns=columns)
+    by_index = {_index(str(t)): str(t) for t in table["trial_id"]}
+    rows = []
+    for line in log.read_text().splitlines():
+        try:
+            target, source, at, source_at, old, new = json.loads(line)
+        except (ValueError, TypeError):
+            continue  # a line being written right now
+        ids = by_index.get(_tag_index(target)), by_index.get(_tag_index(source))
+        if None not in ids:
+            rows.append([*ids, at, source_at, old, new])
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _index(trial_id: str) -> int:
+    # Ray numbers trials `<experiment>_<index:05d>`; PBT's log names them by `<index>_<params>`.
+    return int(trial_id.rsplit("_", 1)[-1])
+
+
+def _tag_index(tag: str) -> int:
+    head = str(tag).split("_", 1)[0]
+    return int(head) if head.isdigit() else -1
+
+
+def rung_milestones(scheduler: dict[str, Any]) -> list[float]:
+    """The rungs of ASHA / HyperBand in the scheduler's time unit (as Ray computes them)."""
+    kind, max_t = scheduler.get("type"), scheduler.get("max_t")
+    if kind == "asha":
+        grace, factor = scheduler["grace_period"], scheduler["reduction_factor"]
+        count = int(math.log(max_t / grace) / math.log(factor) + 1)
+        rungs = {grace * factor**k for k in range(count)} | {max_t}
+    elif kind == "hyperband":
+        eta = scheduler["reduction_factor"]
+        brackets = int(round(math.log(max_t) / math.log(eta))) + 1
+        rungs = {int(max_t * eta**-s) for s in range(brackets)} - {0}
+    else:
+        return []
+    return sorted(float(r) for r in rungs if r <= max_t)
+
+
+def rung_occupancy(exp: Experiment) -> pd.DataFrame:
+    """How many trials reached each rung (their furthest report on the time axis)."""
+    furthest = exp.curves.groupby("trial_id")["time"].max()
+    rungs = rung_milestones(exp.scheduler)
+    counts = [int((furthest >= rung).sum()) for rung in rungs]
+    return pd.DataFrame({"rung": rungs, "trials": counts})
+
+
+def cut_trials(exp: Experiment) -> pd.Series:
+    """Trial ids the scheduler stopped before the longest trial's last iteration."""
+    table = exp.table
+    longest = table["iterations"].max()
+    stopped = table["status"].isin(["TERMINATED", "PAUSED"]) & (table["iterations"] < longest)
+    return table.loc[stopped, "trial_id"]

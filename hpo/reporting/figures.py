@@ -1,0 +1,179 @@
+"""The report's figures, drawn with matplotlib (Agg: no display, no browser on compute nodes).
+
+Each function returns a Figure, or None when the figure does not apply to this experiment
+(rungs without ASHA/HyperBand, lineage without PBT). Trials keep one colour by rank everywhere:
+bright is good, whatever the mode.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: never look for a display
+
+import matplotlib.pyplot as plt  # noqa: E402
+import optuna  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from optuna.distributions import CategoricalDistribution  # noqa: E402
+
+from hpo.reporting.data import UNFINISHED, Experiment, cut_trials, rung_occupancy  # noqa: E402
+
+_LEGEND_MAX = 12  # beyond this many trials a legend hides the plot
+
+
+def _colors(exp: Experiment) -> dict[str, Any]:
+    """One colour per trial by rank (table order is best first)."""
+    ids = list(exp.table["trial_id"])
+    cmap = plt.get_cmap("viridis")
+    return {t: cmap(1 - i / max(len(ids) - 1, 1) * 0.9) for i, t in enumerate(ids)}
+
+
+def learning_curves(exp: Experiment) -> Figure:
+    """Every trial's metric per iteration; where the scheduler cut a trial, an x."""
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    colors, cut = _colors(exp), set(cut_trials(exp))
+    status = dict(zip(exp.table["trial_id"], exp.table["status"], strict=True))
+    for rank, trial_id in enumerate(exp.table["trial_id"]):
+        curve = exp.curves[exp.curves["trial_id"] == trial_id].dropna(subset=[exp.metric])
+        if curve.empty:
+            continue
+        x, y = curve["training_iteration"], curve[exp.metric]
+        ax.plot(x, y, color=colors[trial_id], lw=2.4 if rank == 0 else 1.2,
+                label=trial_id if len(colors) <= _LEGEND_MAX else None, zorder=3 - rank / 1e3)
+        marker = _end_marker(status[trial_id], trial_id in cut)
+        if marker:
+            ax.plot(x.iloc[-1], y.iloc[-1], **marker, zorder=4)
+    shown = {"cut": bool(cut), "ERROR": "ERROR" in status.values(),
+             "RUNNING": any(s in UNFINISHED for s in status.values())}
+    for key, label in (("cut", "stopped by the scheduler"), ("ERROR", "failed"),
+                       ("RUNNING", "still running")):
+        if shown[key]:  # legend entries for the markers that occur
+            ax.plot([], [], ls="none", label=label, **_end_marker(key, key == "cut"))
+    ax.set(xlabel="training iteration", ylabel=exp.metric,
+           title=f"Learning curves ({len(colors)} trials, best drawn thick)")
+    ax.legend(fontsize=7, ncol=2, loc="best")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def _end_marker(status: str, cut: bool) -> dict[str, Any]:
+    if status == "ERROR":
+        return {"marker": "X", "color": "red", "ms": 9}
+    if status in UNFINISHED:
+        return {"marker": "o", "mfc": "none", "mec": "black", "ms": 8}
+    return {"marker": "x", "color": "black", "ms": 8, "mew": 2} if cut else {}
+
+
+def rungs(exp: Experiment) -> Figure | None:
+    """ASHA/HyperBand: how many trials reached each rung."""
+    occupancy = rung_occupancy(exp)
+    if occupancy.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    labels = [f"{r:g}" for r in occupancy["rung"]]
+    bars = ax.bar(labels, occupancy["trials"], color="#3b7dd8")
+    ax.bar_label(bars)
+    unit = exp.scheduler.get("time_attr", "training_iteration")
+    ax.set(xlabel=f"rung ({unit})", ylabel="trials that reached it",
+           title=f"{exp.scheduler['type'].upper()} rung occupancy ({len(exp.table)} trials)")
+    return fig
+
+
+def pbt_lineage(exp: Experiment) -> Figure | None:
+    """PBT/PB2: who cloned whom (arrows) and each mutated hyperparameter over time."""
+    mutated = list(exp.scheduler.get("hyperparam_mutations", {}))
+    if exp.scheduler.get("type") not in ("pbt", "pb2") or not mutated:
+        return None
+    fig, axes = plt.subplots(1 + len(mutated), 1, figsize=(9, 3 + 2.4 * len(mutated)),
+                             sharex=True, squeeze=False)
+    _population(axes[0][0], exp)
+    colors = _colors(exp)
+    for ax, name in zip(axes[1:, 0], mutated, strict=True):
+        for trial_id, curve in exp.curves.groupby("trial_id", sort=False):
+            ax.step(curve["training_iteration"], curve[f"config/{name}"], where="post",
+                    color=colors[trial_id], lw=1.3)
+        ax.set(ylabel=name, yscale="log" if "log" in _kind(exp, name) else "linear")
+        ax.grid(alpha=0.3)
+    axes[-1][0].set_xlabel("training iteration")
+    return fig
+
+
+def _kind(exp: Experiment, name: str) -> str:
+    dist = exp.space().get(name)
+    return dist.kind if dist else ""
+
+
+def _population(ax: Any, exp: Experiment) -> None:
+    ids = list(exp.table["trial_id"])
+    row = {t: i for i, t in enumerate(ids)}
+    colors = _colors(exp)
+    for trial_id, curve in exp.curves.groupby("trial_id", sort=False):
+        its = curve["training_iteration"]
+        ax.plot([its.min(), its.max()], [row[trial_id]] * 2, color=colors[trial_id], lw=4)
+    for _, hop in exp.exploits.iterrows():
+        ax.annotate("", xy=(hop["iteration"], row[hop["trial_id"]]),
+                    xytext=(hop["source_iteration"], row[hop["source_id"]]),
+                    arrowprops={"arrowstyle": "->", "color": "black", "lw": 1})
+    ax.set_yticks(range(len(ids)), ids, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_title(f"PBT lineage: {len(exp.exploits)} exploit(s), arrow from the cloned trial")
+
+
+def parallel_coordinates(exp: Experiment, study: optuna.Study) -> Figure | None:
+    """Each trial a line through its hyperparameters (scaled per axis) and its metric."""
+    trials = study.get_trials(deepcopy=False)
+    names = [n for n in exp.space() if trials and n in trials[0].distributions]
+    if not names:
+        return None
+    values = [t.value for t in trials]
+    low, high = min(values), max(values)
+    fig, ax = plt.subplots(figsize=(max(6, 2 * len(names) + 3), 4.5))
+    cmap = plt.get_cmap("viridis")
+    for trial in sorted(trials, key=lambda t: t.value if exp.mode == "max" else -t.value):
+        ys = [_scaled(trial.distributions[n], trial.params[n]) for n in names]
+        share = (trial.value - low) / (high - low) if high > low else 1.0
+        ax.plot(range(len(names) + 1), [*ys, share], color=cmap(
+            share if exp.mode == "max" else 1 - share), lw=1.5, alpha=0.85)
+    for i, name in enumerate(names):
+        _axis_labels(ax, i, trials[0].distributions[name])
+    ax.text(len(names), -0.06, f"{low:.4g}", ha="center", va="top", fontsize=7)
+    ax.text(len(names), 1.04, f"{high:.4g}", ha="center", fontsize=7)
+    ax.set_xticks(range(len(names) + 1), [*names, exp.metric])
+    ax.set(yticks=[], ylim=(-0.12, 1.12), title="Hyperparameters against the metric "
+           "(one line per trial, bright = good)")
+    for i in range(len(names) + 1):
+        ax.axvline(i, color="grey", lw=0.8)
+    return fig
+
+
+def _scaled(dist: Any, value: Any) -> float:
+    """Position in [0, 1] on the hyperparameter's axis (log scale for log distributions)."""
+    if isinstance(dist, CategoricalDistribution):
+        return dist.choices.index(value) / max(len(dist.choices) - 1, 1)
+    low, high, value = float(dist.low), float(dist.high), float(value)
+    if dist.log:
+        low, high, value = math.log(low), math.log(high), math.log(value)
+    return (value - low) / (high - low) if high > low else 0.5
+
+
+def _axis_labels(ax: Any, i: int, dist: Any) -> None:
+    if isinstance(dist, CategoricalDistribution):
+        for choice in dist.choices:
+            ax.text(i + 0.03, _scaled(dist, choice), str(choice), fontsize=7, va="center")
+        return
+    ax.text(i, -0.06, f"{dist.low:.3g}", ha="center", va="top", fontsize=7)
+    ax.text(i, 1.04, f"{dist.high:.3g}", ha="center", fontsize=7)
+
+
+def importance(scores: dict[str, float]) -> Figure:
+    """Horizontal bars of Optuna's importance scores, largest on top."""
+    names = list(scores)[::-1]
+    fig, ax = plt.subplots(figsize=(7, 0.6 * len(names) + 1.6))
+    bars = ax.barh(names, [scores[n] for n in names], color="#3b7dd8")
+    ax.bar_label(bars, fmt="%.2f")
+    ax.set(xlabel="importance (fANOVA, sums to 1)", xlim=(0, 1.1),
+           title="Hyperparameter importance")
+    return fig

@@ -163,5 +163,19 @@ def report(experiment_dir: Path, output: Path | None = typer.Option(
                   soft_wrap=True)
 
 
+@app.command()
+@_guarded
+def doctor() -> None:
+    """What this installation can run: versions, GPUs, Horovod operations (Gloo/NCCL/MPI)."""
+    from hpo.doctor import diagnose
+
+    rows = diagnose()
+    for what, finding, fine in rows:
+        out.print(f"{'ok ' if fine else 'NO '} {what:<18} {finding}", highlight=False,
+                  markup=False, soft_wrap=True)
+    if not all(fine for _, _, fine in rows):
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app()

@@ -1,0 +1,70 @@
+"""`hpo doctor`: what this installation can do, checked by importing it, not by guessing."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import platform
+from collections.abc import Callable
+
+Row = tuple[str, str, bool]  # (what, finding, fine)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _packages() -> list[Row]:
+    rows = [("python", platform.python_version(), True)]
+    for package in ("ray", "torch", "optuna", "pytorch_optimizer"):
+        version = _version(package)
+        rows.append((package, version or "not installed", version is not None))
+    return rows
+
+
+def _torch() -> list[Row]:
+    import torch
+
+    cuda = torch.version.cuda
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    nccl = torch.distributed.is_nccl_available()
+    return [("torch build", f"CUDA {cuda}" if cuda else "CPU only", True),
+            ("GPUs visible", str(gpus), True),
+            ("torch.distributed", f"gloo{', nccl' if nccl else ''}  (backend: ddp)",
+             torch.distributed.is_gloo_available())]
+
+
+def _horovod() -> list[Row]:
+    try:
+        hvd = importlib.import_module("horovod.torch")
+    except ImportError as exc:
+        return [("horovod", f"not usable ({exc}). Hint: bash scripts/install-horovod.sh", False)]
+    operations = [name for name, built in (("gloo", hvd.gloo_built()), ("nccl", hvd.nccl_built()),
+                                           ("mpi", hvd.mpi_built())) if built]
+    finding = f"{_version('horovod')}, operations built: {', '.join(operations) or 'none'}"
+    return [("horovod", f"{finding}  (backend: horovod)", "gloo" in operations)]
+
+
+def _horovod_ray() -> list[Row]:
+    try:
+        importlib.import_module("horovod.ray")
+    except ImportError as exc:
+        return [("horovod.ray", f"not usable ({exc})", False)]
+    return [("horovod.ray", "RayExecutor importable", True)]
+
+
+CHECKS: list[Callable[[], list[Row]]] = [_packages, _torch, _horovod, _horovod_ray]
+
+
+def diagnose() -> list[Row]:
+    """Every check's rows; a check that crashes is reported as a failed row, not raised."""
+    rows: list[Row] = []
+    for check in CHECKS:
+        try:
+            rows.extend(check())
+        except Exception as exc:  # a broken install must still get a report
+            rows.append((check.__name__.strip("_"), f"check failed: {exc}", False))
+    return rows

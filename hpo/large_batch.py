@@ -23,8 +23,9 @@ SCALINGS = ("linear", "sqrt", "none")
 OPTIMIZERS = ("sgd", "adam", "adamw", "lars", "lamb")
 
 
-def scaled_lr(base_lr: float, ranks: int, rule: str = "linear") -> float:
-    """Goyal et al.'s linear rule (lr x ranks), the square-root rule, or none."""
+def scaled_lr(base_lr: float, ranks: float, rule: str = "linear") -> float:
+    """Goyal et al.'s linear rule (lr x ranks), the square-root rule, or none; `ranks` may be
+    any batch-size ratio."""
     factors = {"linear": ranks, "sqrt": math.sqrt(ranks), "none": 1}
     if rule not in factors:
         raise ValueError(f"lr_scaling must be one of {', '.join(SCALINGS)}, got {rule!r}")
@@ -68,21 +69,30 @@ def make_optimizer(name: str, params: Iterable[Any], lr: float, momentum: float 
 @dataclass(frozen=True)
 class BatchSchedule:
     """A global batch size that jumps once: `batch_size`, then `big_batch_size` from epoch
-    `big_batch_from_epoch` (larger batches late in training, as the seed's recipe did)."""
+    `big_batch_from_epoch` (larger batches late in training, as the seed's recipe did), with
+    the learning rate scaled by the batch ratio under `big_batch_lr_scaling`."""
 
     batch_size: int
     big_batch_size: int = 0  # 0: the batch stays fixed
     big_batch_from_epoch: int = 0
+    big_batch_lr_scaling: str = "none"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> BatchSchedule:
         schedule = cls(int(config["batch_size"]), int(config.get("big_batch_size", 0) or 0),
-                       int(config.get("big_batch_from_epoch", 0) or 0))
+                       int(config.get("big_batch_from_epoch", 0) or 0),
+                       str(config.get("big_batch_lr_scaling", "none")))
         if schedule.batch_size < 1 or schedule.big_batch_size < 0:
             raise ValueError(f"batch sizes must be positive, got {schedule}")
+        scaled_lr(1.0, 1, schedule.big_batch_lr_scaling)  # an unknown rule fails now
         return schedule
 
     def global_batch(self, epoch: int) -> int:
         if self.big_batch_size and epoch >= self.big_batch_from_epoch:
             return self.big_batch_size
         return self.batch_size
+
+    def lr(self, lr: float, epoch: int) -> float:
+        """The learning rate for this epoch's batch, given the one for `batch_size`."""
+        ratio = self.global_batch(epoch) / self.batch_size
+        return scaled_lr(lr, ratio, self.big_batch_lr_scaling)  # type: ignore[arg-type]

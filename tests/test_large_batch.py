@@ -46,6 +46,10 @@ def test_batch_schedule_jumps_once() -> None:
                                           "big_batch_from_epoch": 20})
     assert [schedule.global_batch(e) for e in (0, 19, 20, 50)] == [512, 512, 16384, 16384]
     assert BatchSchedule.from_config({"batch_size": 64}).global_batch(99) == 64
+    assert [schedule.lr(0.1, e) for e in (0, 20)] == [0.1, 0.1]  # bigger batch, same LR
+    sqrt = BatchSchedule.from_config({"batch_size": 512, "big_batch_size": 2048,
+                                      "big_batch_lr_scaling": "sqrt"})
+    assert sqrt.lr(0.1, 0) == pytest.approx(0.2)
 
 
 def test_one_process_is_rank_zero_of_one() -> None:

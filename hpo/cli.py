@@ -60,12 +60,14 @@ def _guarded(command: Callable[..., Any]) -> Callable[..., Any]:
 @_guarded
 def validate(space: Path, overrides: list[str] | None = SetOption) -> None:
     """Check SPACE.yaml (keys, values, the trainable's import) and print the plan."""
+    from hpo.distributed import check_backend
     from hpo.plan import describe
     from hpo.trainable import load_trainable
     from hpo.yaml_io import load_spec
 
     spec = load_spec(space, overrides)
     load_trainable(spec.trainable, str(space))
+    check_backend(spec, str(space))
     for key, value in describe(spec).items():
         out.print(f"[bold]{key:<12}[/bold] {value}", highlight=False, soft_wrap=True)
     out.print(f"{space}: OK")

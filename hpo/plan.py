@@ -19,7 +19,7 @@ def trial_count(spec: Spec) -> int:
 def describe(spec: Spec) -> dict[str, str]:
     """Key -> one line each: trials, concurrency, resources, scheduler, search, storage."""
     cpus = os.cpu_count() or 1
-    fit = int(cpus // spec.resources.cpus_per_trial)
+    fit = int(cpus // _cpus_per_trial(spec))
     limit = f", at most {spec.max_concurrent} (max_concurrent)" if spec.max_concurrent else ""
     sched = spec.scheduler.model_dump(exclude={"hyperparam_mutations"})
     return {
@@ -28,9 +28,22 @@ def describe(spec: Spec) -> dict[str, str]:
         "objective": f"{spec.mode} {spec.metric}",
         "trials": str(trial_count(spec)),
         "concurrency": f"{fit} side by side on this machine ({cpus} CPUs){limit}",
-        "resources": f"{spec.resources.cpus_per_trial:g} CPU, "
-                     f"{spec.resources.gpus_per_trial:g} GPU per trial",
+        "resources": _resources(spec),
         "scheduler": ", ".join(f"{k}={v}" for k, v in sched.items()),
         "search": ", ".join(f"{k}={v}" for k, v in spec.search.model_dump().items()),
         "stop": str(spec.stop or "scheduler / trainable decides"),
     }
+
+
+def _cpus_per_trial(spec: Spec) -> float:
+    ranks = spec.distributed
+    return ranks.workers * ranks.cpus_per_worker if ranks else spec.resources.cpus_per_trial
+
+
+def _resources(spec: Spec) -> str:
+    ranks = spec.distributed
+    if ranks is None:
+        return (f"{spec.resources.cpus_per_trial:g} CPU, {spec.resources.gpus_per_trial:g} GPU "
+                "per trial")
+    return (f"{ranks.workers} {ranks.backend} ranks per trial, each {ranks.cpus_per_worker:g} "
+            f"CPU, {ranks.gpus_per_worker:g} GPU")

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from hpo.distributed import check_backend
 from hpo.errors import ConfigError, ExperimentError, RunError
 from hpo.local_ray import embedded_ray
 from hpo.plan import trial_count
@@ -57,8 +58,9 @@ def _trainable(spec: Spec, source: str) -> Any:
     from ray import tune
 
     func = load_trainable(spec.trainable, source)
+    check_backend(spec, source)
     if spec.distributed:
-        from hpo.distributed import distributed_trainable
+        from hpo.distributed.trial import distributed_trainable
 
         return distributed_trainable(func, spec.distributed, spec.checkpoint.frequency)
     need = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}

@@ -2,9 +2,21 @@
 
 The trial's own process holds a placement group of N worker bundles, starts one Ray actor per
 rank inside it, and relays rank 0's reports (with checkpoints) to Tune. Stopping, pausing or
-failing the trial ends every rank, since they are shut down with it.
+failing the trial ends every rank, since they are shut down with it. (Modules import Ray; this
+package file does not, so `hpo validate` stays quick.)
 """
 
-from hpo.distributed.trial import distributed_trainable
+from __future__ import annotations
 
-__all__ = ["distributed_trainable"]
+import importlib.util
+
+from hpo.errors import ConfigError
+from hpo.spec import Spec
+
+
+def check_backend(spec: Spec, source: str) -> None:
+    """Fail before anything starts when the chosen backend is not installed."""
+    if spec.distributed and spec.distributed.backend == "horovod" and (
+            importlib.util.find_spec("horovod") is None):
+        raise ConfigError(source, "distributed.backend", "'horovod' is not installed",
+                          "bash scripts/install-horovod.sh builds it; or use backend: ddp")

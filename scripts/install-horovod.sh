@@ -39,6 +39,8 @@ PY
 fi
 
 "$python" -m pip install --quiet setuptools wheel cmake packaging
-MAKEFLAGS="-j$(nproc)" "$python" -m pip install --no-build-isolation --no-cache-dir horovod==0.28.1
+# --no-cache-dir: a cached wheel would keep the ABI of the torch it was first built against.
+MAKEFLAGS="-j$(nproc)" "$python" -m pip install --no-build-isolation --no-cache-dir \
+  horovod==0.28.1
 "$python" -c "import horovod.torch as hvd; print('horovod', __import__('horovod').__version__, \
 'gloo' if hvd.gloo_built() else '', 'nccl' if hvd.nccl_built() else '')"

@@ -52,11 +52,17 @@ class HorovodGroup:
         return self._executor.run_remote(func, args=args)
 
     def shutdown(self) -> None:
-        # RayExecutor.shutdown only drops its handles; end the actors now, not at some GC.
-        for worker in getattr(self._executor, "workers", None) or []:
+        adapter = getattr(self._executor, "adapter", None)
+        if adapter is None:  # never started
+            return
+        # RayExecutor.shutdown only drops its handles: end the ranks now, not at some GC, and
+        # stop the rendezvous server it left listening in this (reused) trial process.
+        for worker in getattr(adapter, "workers", None) or []:
             ray.kill(worker)
-        if getattr(self._executor, "strategy", None) is not None:
-            self._executor.shutdown()
+        rendezvous = getattr(getattr(adapter, "coordinator", None), "rendezvous", None)
+        if rendezvous is not None:
+            rendezvous.stop()
+        self._executor.shutdown()
 
 
 @ray.remote

@@ -147,5 +147,10 @@ def best(experiment_dir: Path) -> None:
     sys.stdout.write(yaml.safe_dump(best_config(load_results(experiment_dir)), sort_keys=False))
 
 
+from hpo.cli_slurm import slurm_app  # noqa: E402 - it uses the helpers above
+
+app.add_typer(slurm_app, name="slurm")
+
+
 def main() -> None:
     app()

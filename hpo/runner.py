@@ -12,7 +12,7 @@ import pandas as pd
 import yaml
 
 from hpo.errors import ConfigError, ExperimentError, RunError
-from hpo.local_ray import embedded_ray
+from hpo.local_ray import RayCluster, connected_ray, embedded_ray
 from hpo.plan import trial_count
 from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
 from hpo.spec import Spec
@@ -95,16 +95,20 @@ def _tuner(spec: Spec, trainable: Any, exp_dir: Path) -> Any:
 
 
 @contextlib.contextmanager
-def _ray_for(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None) -> Iterator[None]:
-    with embedded_ray(exp_dir / LOG_FILE, num_cpus=num_cpus) as cluster:
-        _check_fits(spec, source, cluster)
+def _ray_for(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None,
+             cluster: RayCluster | None = None) -> Iterator[None]:
+    ray = (connected_ray(cluster, exp_dir / LOG_FILE) if cluster
+           else embedded_ray(exp_dir / LOG_FILE, num_cpus=num_cpus))
+    with ray as resources:
+        _check_fits(spec, source, resources)
         yield
 
 
 def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
         name: str | None = None, num_cpus: int | None = None,
-        source: str = "<spec>") -> RunResult:
-    """Run an experiment on an embedded Ray; the folder is `<storage>/<name>`.
+        source: str = "<spec>", cluster: RayCluster | None = None) -> RunResult:
+    """Run an experiment on an embedded Ray, or on `cluster` (a running one, e.g. a Slurm
+    job's own); the folder is `<storage>/<name>`.
 
     Example:
         >>> result = hpo.run("search_spaces/digits-asha.yaml", storage="/tmp/r")
@@ -117,7 +121,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
         raise ExperimentError(f"{exp_dir}: an experiment already exists here. Hint: "
                               f"`hpo resume {exp_dir}` continues it; --name starts another")
     exp_dir.mkdir(parents=True, exist_ok=True)
-    with _ray_for(spec, source, exp_dir, num_cpus):
+    with _ray_for(spec, source, exp_dir, num_cpus, cluster):
         (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec), sort_keys=False))
         _fit(_tuner(spec, trainable, exp_dir), spec)
     return _outcome(exp_dir, spec)
@@ -132,7 +136,8 @@ def _portable(spec: Spec) -> dict[str, Any]:
     return data
 
 
-def resume(experiment_dir: str | Path, *, num_cpus: int | None = None) -> RunResult:
+def resume(experiment_dir: str | Path, *, num_cpus: int | None = None,
+           cluster: RayCluster | None = None) -> RunResult:
     """Continue an interrupted experiment: finished trials stay, unfinished ones continue
     from their last checkpoint, errored ones are retried."""
     from ray import tune
@@ -141,7 +146,7 @@ def resume(experiment_dir: str | Path, *, num_cpus: int | None = None) -> RunRes
     source = str(exp_dir / SPEC_FILE)
     spec = spec_from_dict(saved_spec(exp_dir), source)
     trainable = _trainable(spec, source)
-    with _ray_for(spec, source, exp_dir, num_cpus):
+    with _ray_for(spec, source, exp_dir, num_cpus, cluster):
         tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
                                    resume_errored=True)
         _fit(tuner, spec)

@@ -129,7 +129,7 @@ class SlurmTestCluster:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         host = os.uname().nodename.split(".")[0]
-        hosts = [f"127.0.0.1 localhost", f"{self.subnet}.1 {host}"]
+        hosts = ["127.0.0.1 localhost", f"{self.subnet}.1 {host}"]
         hosts += [f"{self.address(n)} {n}" for n in self.names]
         (r / "etc/hosts").write_text("\n".join(hosts) + "\n")
         for node in self.names:

@@ -77,16 +77,20 @@ def main(role: str, job_dir: Path) -> int:
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(job_dir / TOKEN_FILE),
                RAY_USAGE_STATS_ENABLED="0")
     ray = subprocess.Popen(args, env=env)
+    stopping: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
+        stopping.append(signum)
         ray.send_signal(signal.SIGTERM)  # ray start --block stops its processes on SIGTERM
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, forward)
     try:
-        return ray.wait()
+        code = ray.wait()
     finally:
-        shutil.rmtree(args[4].removeprefix("--temp-dir="), ignore_errors=True)
+        temp_dir = next(a for a in args if a.startswith("--temp-dir="))
+        shutil.rmtree(temp_dir.removeprefix("--temp-dir="), ignore_errors=True)
+    return 0 if stopping else code  # asked to stop: Ray's own exit code is noise
 
 
 if __name__ == "__main__":

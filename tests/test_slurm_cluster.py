@@ -7,6 +7,7 @@ the experiment folder (`hostname` comes from Tune's own results).
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -105,6 +106,8 @@ def outputs() -> Iterator[list[str]]:
     """Job ids whose output files (written into the work tree) are removed afterwards."""
     ids: list[str] = []
     yield ids
+    if os.environ.get("HPO_KEEP_SLURM_TEST_CLUSTER"):
+        return
     for job_id in ids:
         for path in ROOT.glob(f"hpo-*-{job_id}.out"):
             path.unlink()
@@ -118,11 +121,12 @@ def _finished(slurm: SlurmTestCluster, job_id: str) -> str:
     return out
 
 
-def _assert_nothing_left(slurm: SlurmTestCluster, job_id: str) -> None:
+def _assert_nothing_left(slurm: SlurmTestCluster, *job_ids: str) -> None:
     """Teardown: no Ray process in any node namespace, no job temp dir or token left."""
-    for node in slurm.names:
-        assert not (slurm.root / "nodetmp" / node / f"hpo-{job_id}").exists(), node
-    assert not (slurm.root / "work" / "jobs" / job_id).exists()
+    for job_id in job_ids:
+        for node in slurm.names:
+            assert not (slurm.root / "nodetmp" / node / f"hpo-{job_id}").exists(), node
+        assert not (slurm.root / "work" / "jobs" / job_id).exists()
     for node in slurm.names:
         pids = subprocess.run(["ip", "netns", "pids", slurm.netns(node)], capture_output=True,
                               text=True, check=True).stdout.split()
@@ -159,7 +163,7 @@ def test_two_jobs_on_the_same_nodes(slurm: SlurmTestCluster, outputs: list[str])
         frame = load_results(slurm.root / f"work/results/pair{k}")
         assert len(frame) == 4 and set(frame["status"]) == {"TERMINATED"}
         assert set(frame["hostname"]) <= {"node1", "node2"}
-        _assert_nothing_left(slurm, job_id)
+    _assert_nothing_left(slurm, *jobs)
     starts = [_job(slurm, j)["StartTime"] for j in jobs]
     ends = [_job(slurm, j)["EndTime"] for j in jobs]
     assert starts[1] < ends[0] and starts[0] < ends[1], (starts, ends)  # they overlapped

@@ -3,8 +3,8 @@
 The head goes on the first node, one worker on each other node, each through its own srun
 step (a lost node then ends only its own step). Readiness is asked of the cluster itself
 (Ray's GCS: every node alive with the CPUs and GPUs it announced), with a timeout naming
-the nodes that never joined. Teardown ends only the srun steps this process started, by
-their pid (srun passes SIGTERM on to `ray start --block`, which stops its own processes).
+the nodes that never joined. Teardown asks each node process to stop its own Ray
+processes, and ends only the srun steps this process started, by their pid.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import contextlib
 import json
 import logging
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -23,14 +22,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpo.cluster.node import CONFIG_FILE, HEAD_FILE, NODES_DIR, TOKEN_FILE, write_json
+from hpo.cluster.node import (
+    CONFIG_FILE,
+    HEAD_FILE,
+    NODES_DIR,
+    STOP_FILE,
+    TOKEN_FILE,
+    write_json,
+)
 from hpo.cluster.render import srun_args
 from hpo.cluster.slurm_env import Allocation
 from hpo.errors import ClusterStartError
 from hpo.local_ray import RayCluster, new_token, token_env
 
 log = logging.getLogger("hpo.cluster")
-STOP_GRACE_S = 15.0
+STOP_GRACE_S = 20.0  # > the node processes' own grace (node.STOP_GRACE_S x 2)
 
 
 @dataclass(frozen=True)
@@ -150,24 +156,19 @@ def wait_ready(alloc: Allocation, job_dir: Path, steps: list[_Step], timeout: fl
                             "slurm.startup_timeout_s if the nodes are just slow")
 
 
-def stop(steps: list[_Step]) -> None:
-    """SIGINT to our srun steps, which pass it to hpo's node process (SIGTERM would make
-    srun kill the step at once); it stops Ray and removes its temp dir. Workers go first,
-    while the head can still take their goodbye; SIGKILL to an srun that outstays the grace
-    period (Slurm then kills what is left of its step)."""
+def stop(steps: list[_Step], job_dir: Path) -> None:
+    """Ask every node process to stop Ray (a stop file: see node.py) and wait; SIGKILL to an
+    srun that outstays the grace period (Slurm then kills what is left of its step)."""
     started = time.monotonic()
-    for group in (steps[1:], steps[:1]):  # the head is steps[0]
-        for step in group:
-            if step.proc.poll() is None:
-                step.proc.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + STOP_GRACE_S
-        for step in group:
-            try:
-                step.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                log.warning("srun step on %s did not stop; killing it", step.node)
-                step.proc.kill()
-                step.proc.wait()
+    (job_dir / STOP_FILE).touch()
+    deadline = started + STOP_GRACE_S
+    for step in steps:
+        try:
+            step.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            log.warning("srun step on %s did not stop; killing it", step.node)
+            step.proc.kill()
+            step.proc.wait()
     log.info("Ray stopped on %d node(s) in %.1f s", len(steps), time.monotonic() - started)
 
 
@@ -189,5 +190,5 @@ def ray_cluster(alloc: Allocation, options: ClusterOptions,
         head = json.loads((job_dir / HEAD_FILE).read_text())
         yield RayCluster(address, head["ip"], job_dir / TOKEN_FILE)
     finally:
-        stop(steps)
+        stop(steps, job_dir)
         shutil.rmtree(job_dir, ignore_errors=True)

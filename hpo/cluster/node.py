@@ -7,6 +7,7 @@ and removes its node-local temp dir when Ray has stopped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -24,6 +25,8 @@ from hpo.cluster.render import ray_start_args, ray_temp_dir
 from hpo.cluster.slurm_env import NodeShare, lookup
 
 HEAD_FILE, CONFIG_FILE, TOKEN_FILE, NODES_DIR = "head.json", "config.json", "auth_token", "nodes"
+STOP_FILE = "stop"
+STOP_GRACE_S = 5.0
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -70,27 +73,71 @@ def start_args(role: str, job_dir: Path, env: dict[str, str]) -> list[str]:
                           dashboard=config.get("dashboard", False))
 
 
+def _descendants(root: int) -> list[int]:
+    """Every process below root (children first found, then theirs), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                raw = (entry / "stat").read_text()
+                ppid = int(raw[raw.rindex(")") + 2:].split()[1])
+                parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return raw[raw.rindex(")") + 2] != "Z"
+
+
+def stop_tree(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> None:
+    """SIGTERM to `ray start` and every process it started (as `ray stop` does, but only
+    ours), SIGKILL to what is left after the grace period."""
+    pids = [proc.pid, *_descendants(proc.pid)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            proc.poll()  # reap `ray start` itself
+            pids = [p for p in pids if _alive(p)]
+            if not pids:
+                return
+            time.sleep(0.05)
+
+
 def main(role: str, job_dir: Path) -> int:
     env = dict(os.environ)
     args = start_args(role, job_dir, env)
+    temp_dir = ray_temp_dir(lookup(env, "job_id") or "0")
     print("+", " ".join(args), flush=True)
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(job_dir / TOKEN_FILE),
                RAY_USAGE_STATS_ENABLED="0")
-    ray = subprocess.Popen(args, env=env)
+    # Its own session: signals Slurm sends to this step's task do not reach Ray directly.
+    ray = subprocess.Popen(args, env=env, start_new_session=True)
     stopping: list[int] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        stopping.append(signum)
-        ray.send_signal(signal.SIGTERM)  # ray start --block stops its processes on SIGTERM
-
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, forward)
+        signal.signal(signum, lambda sig, _frame: stopping.append(sig))
     try:
-        code = ray.wait()
+        # The batch script asks for the stop with a file on the shared file system: a
+        # signal through srun would reach every process of the step (raylet included).
+        while ray.poll() is None and not stopping and not (job_dir / STOP_FILE).exists():
+            time.sleep(0.2)
+        if ray.poll() is None:
+            stop_tree(ray)
+            return 0
+        return ray.returncode
     finally:
-        temp_dir = next(a for a in args if a.startswith("--temp-dir="))
-        shutil.rmtree(temp_dir.removeprefix("--temp-dir="), ignore_errors=True)
-    return 0 if stopping else code  # asked to stop: Ray's own exit code is noise
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -40,8 +40,6 @@ def ray_start_args(ray: str, *, ip: str, ports: RayPorts, share: NodeShare, temp
 
 def srun_args(node: str, role: str, python: str, job_dir: Path, log: Path) -> list[str]:
     """One single-task step on `node` running hpo's node process (which runs `ray start`)."""
-    # --disable-status: one SIGINT to srun reaches the task (a graceful stop, see bootstrap)
     return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--kill-on-bad-exit=0",
-            "--disable-status",
             f"--job-name=ray-{role}", f"--output={log}", f"--error={log}",
             python, "-m", "hpo.cluster.node", role, str(job_dir)]

@@ -119,8 +119,8 @@ class Allocation:
     def from_env(cls, env: Mapping[str, str]) -> Allocation:
         job_id, nodelist = lookup(env, "job_id"), lookup(env, "nodelist")
         if job_id is None or nodelist is None:
-            raise SlurmEnvironmentError("not inside a Slurm job (SLURM_JOB_ID / "
-                                        f"SLURM_JOB_NODELIST are not set). Hint: {_NOT_IN_JOB_HINT}")
+            raise SlurmEnvironmentError("not inside a Slurm job (SLURM_JOB_ID / SLURM_JOB_"
+                                        f"NODELIST are not set). Hint: {_NOT_IN_JOB_HINT}")
         try:
             nodes = expand_hostlist(nodelist)
         except ValueError as exc:

@@ -49,7 +49,8 @@ def sbatch_options(name: str, s: SlurmSettings) -> list[str]:
                 (("partition", s.partition), ("account", s.account)) if value]
     options += ["--output=hpo-%x-%j.out", "--no-kill"]
     if s.requeue:
-        options += ["--requeue", f"--signal=B:USR1@{s.signal_seconds}"]
+        # append: a requeued run keeps the first run's output above its own
+        options += ["--requeue", f"--signal=B:USR1@{s.signal_seconds}", "--open-mode=append"]
     return options + list(s.sbatch)
 
 

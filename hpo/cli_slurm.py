@@ -138,4 +138,5 @@ def check(interface: str | None = typer.Option(None, help="Network interface for
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"hpo-check-{alloc.job_id}"
     with ray_cluster(alloc, ClusterOptions(interface, startup_timeout_s=timeout), logs) as c:
         out.print(f"ready: {len(alloc.nodes)} node(s) after "
-                  f"{clock.monotonic() - started:.2f} s; head {c.address}", highlight=False)
+                  f"{clock.monotonic() - started:.2f} s; head {c.address}; "
+                  f"epoch {clock.time():.3f}", highlight=False)

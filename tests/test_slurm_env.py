@@ -166,3 +166,25 @@ def test_describe_for_doctor() -> None:
     assert info["gpus"] == "0" and info["cpus"] == "4"
     assert info["ray temp dir"] == "/tmp/hpo-9"
     assert describe({})["slurm job"].startswith("none")
+
+
+@pytest.mark.parametrize(("limit", "seconds"), [
+    ("30", 1800), ("30:15", 1815), ("02:00:00", 7200), ("1-00", 86400),
+    ("1-02:30", 95400), ("2-00:00:10", 172810),
+])
+def test_slurm_time_limits(limit: str, seconds: int) -> None:
+    from hpo.slurm_spec import time_seconds
+
+    assert time_seconds(limit) == seconds
+
+
+def test_cluster_side_never_imports_ray_tune() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, hpo.cluster.bootstrap, hpo.cluster.node, hpo.cluster.sbatch, "
+            "hpo.cluster.describe; bad = [m for m in sys.modules if m.startswith('ray.tune')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

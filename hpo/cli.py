@@ -167,16 +167,23 @@ def report(experiment_dir: Path, output: Path | None = typer.Option(
 
 @app.command()
 @_guarded
-def doctor() -> None:
-    """What this installation can run: versions, GPUs, Horovod operations (Gloo/NCCL/MPI)."""
+def doctor(interface: str | None = typer.Option(
+        None, help="Network interface for Ray (e.g. ib0), as slurm.interface.")) -> None:
+    """What this installation can run: versions, GPUs, Horovod operations (Gloo/NCCL/MPI), and
+    the address, ports and GPUs a Slurm job would use on this node."""
     from hpo.doctor import diagnose
 
-    rows = diagnose()
+    rows = diagnose(interface)
     for what, finding, fine in rows:
         out.print(f"{'ok ' if fine else 'NO '} {what:<18} {finding}", highlight=False,
                   markup=False, soft_wrap=True)
     if not all(fine for _, _, fine in rows):
         raise typer.Exit(1)
+
+
+from hpo.cli_slurm import slurm_app  # noqa: E402 - it uses the helpers above
+
+app.add_typer(slurm_app, name="slurm")
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import platform
@@ -56,15 +57,22 @@ def _horovod_ray() -> list[Row]:
     return [("horovod.ray", "RayExecutor importable", True)]
 
 
-CHECKS: list[Callable[[], list[Row]]] = [_packages, _torch, _horovod, _horovod_ray]
+def _cluster(interface: str | None) -> list[Row]:
+    """What `hpo slurm run` would choose on this node (job, nodes, address, ports, GPUs)."""
+    from hpo.cluster.describe import describe
+
+    return [(what, finding, True) for what, finding in describe(interface=interface).items()]
 
 
-def diagnose() -> list[Row]:
+def diagnose(interface: str | None = None) -> list[Row]:
     """Every check's rows; a check that crashes is reported as a failed row, not raised."""
+    checks: list[Callable[[], list[Row]]] = [
+        _packages, _torch, _horovod, _horovod_ray, functools.partial(_cluster, interface)]
     rows: list[Row] = []
-    for check in CHECKS:
+    for check in checks:
         try:
             rows.extend(check())
         except Exception as exc:  # a broken install must still get a report
-            rows.append((check.__name__.strip("_"), f"check failed: {exc}", False))
+            name = getattr(check, "__name__", "cluster").strip("_")
+            rows.append((name, f"check failed: {exc}", False))
     return rows

@@ -34,3 +34,13 @@ class ExperimentError(HpoError):
 
 class RunError(HpoError):
     """The run itself failed: trials errored, nothing reported the metric, no resources."""
+
+
+class SlurmEnvironmentError(HpoError):
+    """Not inside a usable Slurm allocation, or its SLURM_* variables cannot be read."""
+
+    exit_code = 2
+
+
+class ClusterStartError(HpoError):
+    """The job's own Ray cluster did not come up on every node of the allocation."""

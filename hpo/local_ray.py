@@ -1,4 +1,5 @@
-"""An embedded Ray private to one run: its own temp dir, token and no dashboard.
+"""An embedded Ray private to one run (its own temp dir, token and no dashboard), or a
+connection to an already running cluster (a Slurm job's own) by explicit address and token.
 
 Token auth is on with a per-run token in a 0600 file (so other users on a shared login node
 cannot attach), and nothing is written to ~/.ray (which would flip later `ray start`s of the
@@ -15,16 +16,32 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 _ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AIR_NEW_OUTPUT")
 
 
-@contextlib.contextmanager
-def _private_env(run_dir: Path) -> Iterator[None]:
-    token = run_dir / "auth_token"
+@dataclass(frozen=True)
+class RayCluster:
+    """A running Ray cluster to connect to: GCS address, this node's Ray IP, token file."""
+
+    address: str
+    node_ip: str
+    token_file: Path
+
+
+def new_token(folder: Path) -> Path:
+    """A fresh random token in a 0600 file inside folder (which should be 0700)."""
+    token = folder / "auth_token"
     token.touch(mode=0o600)
     token.write_text(secrets.token_hex(32))
+    return token
+
+
+@contextlib.contextmanager
+def token_env(token: Path) -> Iterator[None]:
+    """Token auth on for this process (Ray reads the token from the file), restored after."""
     saved = {k: os.environ.get(k) for k in _ENV}
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
                       RAY_AIR_NEW_OUTPUT="0")  # legacy reporter: silent at verbose=0
@@ -78,7 +95,7 @@ def embedded_ray(log_file: Path, num_cpus: int | None = None,
     run_dir = Path(tempfile.mkdtemp(prefix="hpo-", dir="/tmp"))  # short: AF_UNIX path limit
     run_dir.chmod(0o700)
     try:
-        with _private_env(run_dir):
+        with token_env(new_token(run_dir)):
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                      _temp_dir=str(run_dir), log_to_driver=False,
                      logging_level=logging.WARNING, _system_config=_worker_preload())
@@ -89,3 +106,19 @@ def embedded_ray(log_file: Path, num_cpus: int | None = None,
                 ray.shutdown()
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def connected_ray(cluster: RayCluster, log_file: Path) -> Iterator[dict[str, float]]:
+    """Connect to a running cluster by explicit address (never auto-detection), yield its
+    resources, disconnect (the cluster itself is left running for its owner to stop)."""
+    import ray
+
+    with token_env(cluster.token_file):
+        ray.init(address=cluster.address, _node_ip_address=cluster.node_ip,
+                 log_to_driver=False, logging_level=logging.WARNING)
+        _log_ray_to(log_file)
+        try:
+            yield ray.cluster_resources()
+        finally:
+            ray.shutdown()

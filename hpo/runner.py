@@ -13,7 +13,7 @@ import yaml
 
 from hpo.distributed import check_backend
 from hpo.errors import ConfigError, ExperimentError, RunError
-from hpo.local_ray import embedded_ray
+from hpo.local_ray import RayCluster, connected_ray, embedded_ray
 from hpo.plan import trial_count
 from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
 from hpo.spec import Spec
@@ -109,16 +109,20 @@ def _tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any]
 
 
 @contextlib.contextmanager
-def _ray_for(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None) -> Iterator[None]:
-    with embedded_ray(exp_dir / LOG_FILE, num_cpus=num_cpus) as cluster:
-        _check_fits(spec, source, cluster)
+def _ray_for(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None,
+             cluster: RayCluster | None = None) -> Iterator[None]:
+    ray = (connected_ray(cluster, exp_dir / LOG_FILE) if cluster
+           else embedded_ray(exp_dir / LOG_FILE, num_cpus=num_cpus))
+    with ray as resources:
+        _check_fits(spec, source, resources)
         yield
 
 
 def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
         name: str | None = None, num_cpus: int | None = None,
-        source: str = "<spec>") -> RunResult:
-    """Run an experiment on an embedded Ray; the folder is `<storage>/<name>`.
+        source: str = "<spec>", cluster: RayCluster | None = None) -> RunResult:
+    """Run an experiment on an embedded Ray, or on `cluster` (a running one, e.g. a Slurm
+    job's own); the folder is `<storage>/<name>`.
 
     Example:
         >>> result = hpo.run("search_spaces/digits-asha.yaml", storage="/tmp/r")
@@ -134,7 +138,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
 
     mirror = mirror_for(spec, source, exp_dir.name)  # a bad optuna_storage fails here
     exp_dir.mkdir(parents=True, exist_ok=True)
-    with _ray_for(spec, source, exp_dir, num_cpus):
+    with _ray_for(spec, source, exp_dir, num_cpus, cluster):
         (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec), sort_keys=False))
         _fit(_tuner(spec, trainable, exp_dir, mirror), spec)
     return _outcome(exp_dir, spec)
@@ -149,7 +153,8 @@ def _portable(spec: Spec) -> dict[str, Any]:
     return data
 
 
-def resume(experiment_dir: str | Path, *, num_cpus: int | None = None) -> RunResult:
+def resume(experiment_dir: str | Path, *, num_cpus: int | None = None,
+           cluster: RayCluster | None = None) -> RunResult:
     """Continue an interrupted experiment: finished trials stay, unfinished ones continue
     from their last checkpoint, errored ones are retried."""
     from ray import tune
@@ -158,7 +163,7 @@ def resume(experiment_dir: str | Path, *, num_cpus: int | None = None) -> RunRes
     source = str(exp_dir / SPEC_FILE)
     spec = spec_from_dict(saved_spec(exp_dir), source)
     trainable = _trainable(spec, source)
-    with _ray_for(spec, source, exp_dir, num_cpus):
+    with _ray_for(spec, source, exp_dir, num_cpus, cluster):
         tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
                                    resume_errored=True)
         _fit(tuner, spec)

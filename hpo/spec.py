@@ -18,6 +18,7 @@ from pydantic import (
 from hpo.distributions import Distribution
 from hpo.schedulers import Fifo, Pb2, Pbt, Scheduler
 from hpo.searchers import Grid, Random, Searcher
+from hpo.slurm_spec import SlurmSettings
 from hpo.validation import FieldProblem, Strict
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -71,6 +72,7 @@ class Spec(Strict):
     storage: str = "./hpo-results"
     reuse_actors: bool = True  # one worker process serves many trials (no re-import per trial)
     optuna_storage: str | None = None  # mirror trials into an Optuna study: journal file or URL
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)  # `hpo slurm` only
 
     @model_validator(mode="before")
     @classmethod

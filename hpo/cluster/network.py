@@ -1,0 +1,48 @@
+"""The address Ray uses on a node: that of a named interface (InfiniBand, HSN) or the
+hostname's. Ray's own guess connects outwards, which fails on compute nodes without a route."""
+
+from __future__ import annotations
+
+import fcntl
+import socket
+import struct
+
+from hpo.errors import SlurmEnvironmentError
+
+_SIOCGIFADDR = 0x8915
+
+
+def interfaces() -> list[str]:
+    return [name for _, name in socket.if_nameindex()]
+
+
+def interface_address(name: str) -> str:
+    """The IPv4 address of a network interface, e.g. 'ib0' -> '10.1.2.3'."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            packed = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR,
+                                 struct.pack("256s", name.encode()[:15]))
+        except OSError:
+            raise SlurmEnvironmentError(
+                f"slurm.interface: no IPv4 address on interface {name!r} on "
+                f"{socket.gethostname()}. Hint: pick one of {', '.join(interfaces())} (or "
+                "leave interface out to use the hostname's address)") from None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def node_address(interface: str | None, hostname: str | None = None) -> str:
+    """This node's address for Ray: the interface's, else what the hostname resolves to."""
+    if interface:
+        return interface_address(interface)
+    host = hostname or socket.gethostname()
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        raise SlurmEnvironmentError(
+            f"cannot resolve this node's hostname {host!r}. Hint: set slurm.interface to one "
+            f"of {', '.join(interfaces())}") from None
+    if address.startswith("127."):
+        raise SlurmEnvironmentError(
+            f"hostname {host!r} resolves to {address}, which other nodes cannot reach. Hint: "
+            f"set slurm.interface to one of {', '.join(interfaces())}")
+    return address

@@ -1,0 +1,146 @@
+"""One Ray node of a Slurm job: `python -m hpo.cluster.node head|worker JOB_DIR` (via srun).
+
+It picks this node's address and a free port block, publishes them in the job dir (shared
+file system), runs `ray start --block` with the job's token, passes SIGTERM/SIGINT on to it
+and removes its node-local temp dir when Ray has stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hpo.cluster.network import node_address
+from hpo.cluster.ports import pick_ports
+from hpo.cluster.render import ray_start_args, ray_temp_dir
+from hpo.cluster.slurm_env import NodeShare, lookup
+
+HEAD_FILE, CONFIG_FILE, TOKEN_FILE, NODES_DIR = "head.json", "config.json", "auth_token", "nodes"
+STOP_FILE = "stop"
+STOP_GRACE_S = 5.0
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomically (other nodes poll for it): write a temp file, then rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def wait_for_file(path: Path, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout:.0f} s")
+        time.sleep(0.05)
+    return json.loads(path.read_text())
+
+
+def ray_executable() -> str:
+    """The `ray` script next to this interpreter (the job's venv), else the one on PATH."""
+    beside = Path(sys.executable).parent / "ray"
+    return str(beside) if beside.exists() else shutil.which("ray") or "ray"
+
+
+def start_args(role: str, job_dir: Path, env: dict[str, str]) -> list[str]:
+    """Decide address, ports and resources for this node; publish them; return the args."""
+    config = json.loads((job_dir / CONFIG_FILE).read_text())
+    share = NodeShare.from_env(env, socket.gethostname())
+    ip = node_address(config.get("interface"))
+    job_id = lookup(env, "job_id") or "0"
+    ports = pick_ports(job_id)
+    temp_dir = ray_temp_dir(job_id)
+    Path(temp_dir).mkdir(mode=0o700, exist_ok=True)
+    head_address = None
+    if role == "head":
+        write_json(job_dir / HEAD_FILE, {"address": f"{ip}:{ports.gcs}", "ip": ip})
+    else:
+        head_address = wait_for_file(job_dir / HEAD_FILE, config["timeout"])["address"]
+    write_json(job_dir / NODES_DIR / f"{share.name}.json",
+               {"name": share.name, "ip": ip, "cpus": share.cpus, "gpus": len(share.gpus),
+                "port_block": ports.base})
+    return ray_start_args(ray_executable(), ip=ip, ports=ports, share=share,
+                          temp_dir=temp_dir, head_address=head_address,
+                          dashboard=config.get("dashboard", False))
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below root (children first found, then theirs), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                raw = (entry / "stat").read_text()
+                ppid = int(raw[raw.rindex(")") + 2:].split()[1])
+                parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return raw[raw.rindex(")") + 2] != "Z"
+
+
+def stop_tree(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> None:
+    """SIGTERM to `ray start` and every process it started (as `ray stop` does, but only
+    ours), SIGKILL to what is left after the grace period."""
+    pids = [proc.pid, *_descendants(proc.pid)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            proc.poll()  # reap `ray start` itself
+            pids = [p for p in pids if _alive(p)]
+            if not pids:
+                return
+            time.sleep(0.05)
+
+
+def main(role: str, job_dir: Path) -> int:
+    env = dict(os.environ)
+    args = start_args(role, job_dir, env)
+    temp_dir = ray_temp_dir(lookup(env, "job_id") or "0")
+    print("+", " ".join(args), flush=True)
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(job_dir / TOKEN_FILE),
+               RAY_USAGE_STATS_ENABLED="0")
+    # Its own session: signals Slurm sends to this step's task do not reach Ray directly.
+    ray = subprocess.Popen(args, env=env, start_new_session=True)
+    stopping: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda sig, _frame: stopping.append(sig))
+    try:
+        # The batch script asks for the stop with a file on the shared file system: a
+        # signal through srun would reach every process of the step (raylet included).
+        while ray.poll() is None and not stopping and not (job_dir / STOP_FILE).exists():
+            time.sleep(0.2)
+        if ray.poll() is None:
+            stop_tree(ray)
+            return 0
+        return ray.returncode
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in ("head", "worker"):
+        sys.exit("usage: python -m hpo.cluster.node head|worker JOB_DIR")
+    sys.exit(main(sys.argv[1], Path(sys.argv[2])))

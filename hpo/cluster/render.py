@@ -1,0 +1,45 @@
+"""Pure render functions: the `ray start` and `srun` command lines of a job's Ray nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hpo.cluster.ports import RayPorts
+from hpo.cluster.slurm_env import NodeShare
+
+_HEAD_ONLY = ("--port", "--dashboard-port")
+
+
+def ray_temp_dir(job_id: str) -> str:
+    """Node-local and short: Ray's AF_UNIX socket paths must stay under 107 bytes."""
+    return f"/tmp/hpo-{job_id}"
+
+
+def ray_start_args(ray: str, *, ip: str, ports: RayPorts, share: NodeShare, temp_dir: str,
+                   head_address: str | None = None, dashboard: bool = False) -> list[str]:
+    """`ray start --block` for one node: the head when head_address is None, else a worker.
+
+    Every port comes from the job's block, CPUs and GPUs from the job's share of the node.
+    """
+    args = [ray, "start", "--block", f"--node-ip-address={ip}", f"--temp-dir={temp_dir}",
+            "--disable-usage-stats", "--include-log-monitor=false",
+            f"--num-gpus={len(share.gpus)}"]
+    if share.cpus is not None:
+        args.append(f"--num-cpus={share.cpus}")
+    if head_address is None:
+        args += ["--head", f"--include-dashboard={str(dashboard).lower()}"]
+        if dashboard:
+            args.append("--dashboard-host=127.0.0.1")
+    else:
+        args.append(f"--address={head_address}")
+    for option, port in ports.named.items():
+        if head_address is None or option not in _HEAD_ONLY:
+            args.append(f"{option}={port}")
+    return args
+
+
+def srun_args(node: str, role: str, python: str, job_dir: Path, log: Path) -> list[str]:
+    """One single-task step on `node` running hpo's node process (which runs `ray start`)."""
+    return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--kill-on-bad-exit=0",
+            f"--job-name=ray-{role}", f"--output={log}", f"--error={log}",
+            python, "-m", "hpo.cluster.node", role, str(job_dir)]

@@ -1,0 +1,99 @@
+"""The sbatch script of an experiment: a pure render of slurm/hpo-job.sbatch.
+
+The script asks for one task per node (Ray runs one node process per node), a warning
+signal to the batch shell alone before the time limit (SIGUSR1 reaching Ray's processes
+would kill them), and `--no-kill` (a lost node must not end the job: Ray retries its trials
+elsewhere).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from hpo.slurm_spec import SlurmSettings
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "slurm" / "hpo-job.sbatch"
+
+_REQUEUE_RUN = """\
+# Slurm sends USR1 to this shell alone {seconds} s before the time limit. Pass it on to hpo,
+# which stops the trials gracefully and saves the experiment; then requeue this job, and
+# the next run resumes the experiment (no finished trial is re-run).
+stopping=0
+trap 'stopping=1; kill -USR1 "$hpo_pid" 2>/dev/null' USR1
+{command} &
+hpo_pid=$!
+while :; do
+  wait "$hpo_pid"
+  status=$?
+  kill -0 "$hpo_pid" 2>/dev/null || break  # wait also returns when a signal arrives
+done
+if [ "$stopping" = 1 ] && [ "$status" != 0 ]; then
+  echo "hpo: stopped before the time limit; requeueing job $SLURM_JOB_ID"
+  scontrol requeue "$SLURM_JOB_ID"
+fi
+exit "$status"
+"""
+
+
+def sbatch_options(name: str, s: SlurmSettings) -> list[str]:
+    """The #SBATCH lines, one option each."""
+    options = [f"--job-name={name}", f"--nodes={s.nodes}", "--ntasks-per-node=1"]
+    if s.cpus_per_node is not None:
+        options.append(f"--cpus-per-task={s.cpus_per_node}")
+    if s.gpus_per_node:
+        options.append(f"--gpus-per-node={s.gpus_per_node}")
+    options.append(f"--time={s.time}")
+    options += [f"--{key}={value}" for key, value in
+                (("partition", s.partition), ("account", s.account)) if value]
+    options += ["--output=hpo-%x-%j.out", "--no-kill"]
+    if s.requeue:
+        # append: a requeued run keeps the first run's output above its own
+        options += ["--requeue", f"--signal=B:USR1@{s.signal_seconds}", "--open-mode=append"]
+    return options + list(s.sbatch)
+
+
+def environment(s: SlurmSettings, workdir: str) -> list[str]:
+    """Module loads, venv activation, the user's set-up lines, then cd to the project."""
+    lines = [f"module load {' '.join(shlex.quote(m) for m in s.modules)}"] if s.modules else []
+    if s.venv:
+        lines.append(f"source {shlex.quote(str(Path(s.venv) / 'bin' / 'activate'))}")
+    lines += s.setup
+    lines.append(f"cd {shlex.quote(workdir)}")
+    return lines
+
+
+def hpo_command(space: str, storage: str | None, name: str | None, site: str | None,
+                overrides: Sequence[str]) -> str:
+    args = ["python", "-m", "hpo", "slurm", "run", space]
+    for flag, value in (("--storage", storage), ("--name", name), ("--site", site)):
+        if value:
+            args += [flag, value]
+    for item in overrides:
+        args += ["--set", item]
+    return shlex.join(args)
+
+
+def render_sbatch(name: str, space: str, settings: SlurmSettings, *, workdir: str,
+                  storage: str | None = None, run_name: str | None = None,
+                  site: str | None = None, overrides: Sequence[str] = (),
+                  template: Path = TEMPLATE) -> str:
+    """The whole sbatch script as text (deterministic: no dates, no absolute paths added).
+
+    Example:
+        >>> print(render_sbatch("digits", "space.yaml", SlurmSettings(nodes=2), workdir="."))
+    """
+    command = hpo_command(space, storage, run_name, site, overrides)
+    run = (_REQUEUE_RUN.format(seconds=settings.signal_seconds, command=command)
+           if settings.requeue else command + "\n")
+    values = {
+        "space": space,
+        "sbatch_options": "\n".join(f"#SBATCH {o}" for o in sbatch_options(name, settings)),
+        "environment": "\n".join(environment(settings, workdir)),
+        "run": run.rstrip("\n"),
+    }
+    text = template.read_text()
+    for key, value in values.items():
+        text = text.replace("{{" + key + "}}", value)
+    return text

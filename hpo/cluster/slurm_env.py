@@ -1,0 +1,150 @@
+"""Reading a Slurm allocation from SLURM_* variables: pure functions, string in, value out.
+
+One table maps what hpo needs to the variables Slurm sets (as submitit does); hostlists are
+expanded here (`node[01-03,07]` -> node01, node02, node03, node07) instead of calling
+`scontrol show hostnames`, so the parsing is testable without Slurm.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hpo.errors import SlurmEnvironmentError
+
+#: logical name -> the Slurm variables that carry it, first one set wins.
+VARIABLES: dict[str, tuple[str, ...]] = {
+    "job_id": ("SLURM_JOB_ID", "SLURM_JOBID"),
+    "nodelist": ("SLURM_JOB_NODELIST", "SLURM_NODELIST"),
+    "num_nodes": ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"),
+    "node_name": ("SLURMD_NODENAME",),
+    "cpus_on_node": ("SLURM_CPUS_ON_NODE",),
+    "gpus": ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"),
+    "restart_count": ("SLURM_RESTART_COUNT",),
+}
+
+_NOT_IN_JOB_HINT = ("run it inside an allocation: `hpo slurm submit SPACE.yaml` (or sbatch the "
+                    "script from `hpo slurm render`)")
+
+
+def lookup(env: Mapping[str, str], name: str) -> str | None:
+    """The value of a logical name from the first of its variables that is set (non-empty)."""
+    for var in VARIABLES[name]:
+        value = env.get(var, "").strip()
+        if value:
+            return value
+    return None
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside brackets: 'a[1-2],b' -> ['a[1-2]', 'b']."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth < 0 or depth > 1:
+            raise ValueError(f"unbalanced brackets in {text!r}")
+        if char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError(f"unbalanced brackets in {text!r}")
+    parts.append(text[start:])
+    return [p for p in parts if p]
+
+
+def _expand_range(item: str) -> list[str]:
+    low, sep, high = item.partition("-")
+    if not sep:
+        return [low]
+    if not (low.isdigit() and high.isdigit()) or int(high) < int(low):
+        raise ValueError(f"bad range {item!r}")
+    width = len(low)  # node[01-03] keeps its zero padding
+    return [str(n).zfill(width) for n in range(int(low), int(high) + 1)]
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """Expand a Slurm hostlist, e.g. 'node[01-03,07],gpu5' -> node01..node03, node07, gpu5.
+
+    Example:
+        >>> expand_hostlist("jwb[0001-0002]")
+        ['jwb0001', 'jwb0002']
+    """
+    hosts: list[str] = []
+    for part in _split_top(hostlist.strip()):
+        match = re.fullmatch(r"([^\[\]]*)\[([^\[\]]+)\]([^\[\]]*)", part)
+        if match is None:
+            if "[" in part or "]" in part:
+                raise ValueError(f"cannot read {part!r}")
+            hosts.append(part)
+            continue
+        prefix, ranges, suffix = match.groups()
+        for item in ranges.split(","):
+            hosts += [f"{prefix}{n}{suffix}" for n in _expand_range(item.strip())]
+    return hosts
+
+
+def parse_gpus(value: str | None) -> list[str]:
+    """GPU ids from SLURM_*_GPUS / CUDA_VISIBLE_DEVICES ('0,1', '', 'NoDevFiles', 'N/A')."""
+    if value is None or value.strip() in ("", "NoDevFiles", "N/A", "none"):
+        return []
+    return [g.strip() for g in value.split(",") if g.strip()]
+
+
+def parse_cpus(value: str | None) -> int | None:
+    """CPUs from SLURM_CPUS_ON_NODE; heterogeneous forms like '8(x2)' give the first count."""
+    if value is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+)(\(x\d+\))?\s*", value)
+    if match is None or int(match.group(1)) < 1:
+        raise SlurmEnvironmentError(f"SLURM_CPUS_ON_NODE={value!r} is not a CPU count. Hint: "
+                                    "request CPUs with --cpus-per-task")
+    return int(match.group(1))
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The parts of a Slurm job hpo uses to start Ray on it."""
+
+    job_id: str
+    nodes: tuple[str, ...]
+    restart_count: int = 0
+
+    @property
+    def head(self) -> str:
+        """The first node of SLURM_JOB_NODELIST: the Ray head (and where the script runs)."""
+        return self.nodes[0]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Allocation:
+        job_id, nodelist = lookup(env, "job_id"), lookup(env, "nodelist")
+        if job_id is None or nodelist is None:
+            raise SlurmEnvironmentError("not inside a Slurm job (SLURM_JOB_ID / SLURM_JOB_"
+                                        f"NODELIST are not set). Hint: {_NOT_IN_JOB_HINT}")
+        try:
+            nodes = expand_hostlist(nodelist)
+        except ValueError as exc:
+            raise SlurmEnvironmentError(f"SLURM_JOB_NODELIST={nodelist!r}: {exc}. Hint: this is "
+                                        "Slurm's own variable; do not set it by hand") from None
+        count = lookup(env, "num_nodes")
+        if count is not None and count.isdigit() and int(count) != len(nodes):
+            raise SlurmEnvironmentError(f"SLURM_JOB_NUM_NODES={count} but SLURM_JOB_NODELIST="
+                                        f"{nodelist!r} names {len(nodes)} node(s). Hint: do not "
+                                        "set SLURM_* variables by hand")
+        restarts = lookup(env, "restart_count") or "0"
+        return cls(job_id, tuple(nodes), int(restarts) if restarts.isdigit() else 0)
+
+
+@dataclass(frozen=True)
+class NodeShare:
+    """What this job may use on the node a process runs on (read inside an srun step)."""
+
+    name: str
+    cpus: int | None  # None: let Ray count them
+    gpus: tuple[str, ...]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], hostname: str) -> NodeShare:
+        name = lookup(env, "node_name") or hostname.split(".")[0]
+        return cls(name, parse_cpus(lookup(env, "cpus_on_node")),
+                   tuple(parse_gpus(lookup(env, "gpus"))))

@@ -1,0 +1,61 @@
+"""Inside a Slurm batch script: start the job's Ray cluster, run or resume the experiment on
+it, stop the cluster. The glue between the cluster side (hpo.cluster) and the runner.
+
+A folder that already holds the experiment (the job was requeued after the walltime warning)
+is resumed: finished trials stay, unfinished ones continue from their checkpoints.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from hpo.cluster.bootstrap import ClusterOptions, ray_cluster
+from hpo.cluster.slurm_env import Allocation
+from hpo.errors import RunError
+from hpo.results import SPEC_FILE
+from hpo.runner import RunResult, resume, run
+from hpo.spec import Spec
+
+log = logging.getLogger("hpo.slurm")
+
+
+class _StopFlag:
+    """USR1 (Slurm's walltime warning, passed on by the batch shell) before Tune is running:
+    remember it instead of dying. Once Tune runs, its own USR1 handler takes over."""
+
+    def __init__(self) -> None:
+        self.raised = False
+        signal.signal(signal.SIGUSR1, self._set)
+
+    def _set(self, _signum: int, _frame: object) -> None:
+        self.raised = True
+
+
+def run_in_allocation(spec: Spec, *, storage: str | None = None, name: str | None = None,
+                      source: str = "<spec>", env: Mapping[str, str] = os.environ,
+                      report: Callable[[str], None] = print) -> RunResult:
+    """Run (or resume) `spec` on a Ray cluster spanning the current Slurm allocation."""
+    stop_flag = _StopFlag()
+    alloc = Allocation.from_env(env)
+    exp_dir = Path(storage or spec.storage).expanduser().resolve() / (name or spec.name)
+    settings = spec.slurm
+    options = ClusterOptions(settings.interface, settings.dashboard,
+                             settings.startup_timeout_s, settings.job_dir)
+    started = time.monotonic()
+    with ray_cluster(alloc, options, exp_dir / f"slurm-{alloc.job_id}") as cluster:
+        report(f"hpo: Ray cluster ready on {len(alloc.nodes)} node(s) "
+               f"({', '.join(alloc.nodes)}) after {time.monotonic() - started:.1f} s; "
+               f"head {cluster.address}")
+        if stop_flag.raised:
+            raise RunError("stopped by USR1 before the experiment started. Hint: the job "
+                           "requeues itself; the next run starts it")
+        if (exp_dir / SPEC_FILE).exists():
+            report(f"hpo: resuming {exp_dir} (restart {alloc.restart_count})")
+            return resume(exp_dir, cluster=cluster)
+        return run(spec, storage=str(exp_dir.parent), name=exp_dir.name, source=source,
+                   cluster=cluster)

@@ -1,0 +1,239 @@
+"""A real, small multi-node Slurm on this one machine, for the tests and the benchmark.
+
+One private munged, one slurmctld and one slurmd per "node"; each slurmd runs in its own
+network namespace (a veth pair into a private bridge), UTS namespace (own hostname) and mount
+namespace (own /etc/hosts and a node-local /tmp), as HPC nodes share only the parallel file
+system. Verified facts behind this shape: ../shared/notes/real-slurm-on-one-machine.md.
+
+Everything it starts is ended by saved pid, checked against the pid's start time, plus what
+is left inside the namespaces it created; it never ends a process by name. Its files live
+under /var/tmp (not /tmp: each node gets its own /tmp).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NEEDED = ("slurmctld", "slurmd", "sbatch", "munged", "nsenter", "unshare", "ip")
+PACKAGES = "slurmctld slurmd slurm-client munge"
+
+
+class Unavailable(RuntimeError):
+    """This machine cannot run the test cluster (missing programs, no namespaces)."""
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2:].split()[19]  # field 22: start time in clock ticks
+
+
+@dataclass
+class _Proc:
+    pid: int
+    started: str | None
+
+    def end(self, sig: int = signal.SIGKILL) -> None:
+        if self.started is not None and _start_time(self.pid) == self.started:
+            os.kill(self.pid, sig)
+
+
+def _sh(*cmd: str) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise Unavailable(f"`{' '.join(cmd)}` failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+@dataclass
+class SlurmTestCluster:
+    """`with SlurmTestCluster(3) as c:` gives nodes node1..nodeN, `c.env` for sbatch."""
+
+    nodes: int = 3
+    cpus: int = 4
+    tag: str = field(default_factory=lambda: secrets.token_hex(2))
+    root: Path = field(init=False)
+    procs: dict[str, _Proc] = field(default_factory=dict)
+    _made: list[list[str]] = field(default_factory=list)  # `ip` commands that undo our links
+
+    def __post_init__(self) -> None:
+        self.subnet = f"10.213.{int(self.tag, 16) % 200 + 20}"
+        self.ctl_port = 6900 + int(self.tag, 16) % 90 * 2
+
+    @property
+    def names(self) -> list[str]:
+        return [f"node{k}" for k in range(1, self.nodes + 1)]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.root / "etc/slurm.conf")}
+
+    def netns(self, node: str) -> str:
+        return f"hpo{self.tag}-{node}"
+
+    def __enter__(self) -> SlurmTestCluster:
+        missing = [p for p in NEEDED if shutil.which(p) is None]
+        if missing:
+            raise Unavailable(f"missing {', '.join(missing)}; apt-get install {PACKAGES}")
+        self.root = Path(tempfile.mkdtemp(prefix="hpo-slurm-", dir="/var/tmp"))
+        try:
+            self._network()
+            self._files()
+            self._daemons()
+            self.wait_idle()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _network(self) -> None:
+        bridge = f"hpob{self.tag}"
+        _sh("ip", "link", "add", bridge, "type", "bridge")
+        self._made.append(["link", "del", bridge])
+        _sh("ip", "addr", "add", f"{self.subnet}.1/24", "dev", bridge)
+        _sh("ip", "link", "set", bridge, "up")
+        for k, node in enumerate(self.names, start=1):
+            ns, host_end = self.netns(node), f"hpov{self.tag}{k}"
+            _sh("ip", "netns", "add", ns)
+            self._made.append(["netns", "del", ns])
+            _sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth0",
+                "netns", ns)
+            self._made.append(["link", "del", host_end])
+            _sh("ip", "link", "set", host_end, "master", bridge, "up")
+            _sh("ip", "-n", ns, "addr", "add", f"{self.address(node)}/24", "dev", "eth0")
+            _sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+
+    def address(self, node: str) -> str:
+        return f"{self.subnet}.{10 + int(node.removeprefix('node'))}"
+
+    def _files(self) -> None:
+        r = self.root
+        for sub in ("etc", "munge", "state", "log", "spool", "work"):
+            (r / sub).mkdir(mode=0o755)
+        (r / "munge").chmod(0o755)  # munged insists on these modes
+        key = r / "munge/key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        host = os.uname().nodename.split(".")[0]
+        hosts = ["127.0.0.1 localhost", f"{self.subnet}.1 {host}"]
+        hosts += [f"{self.address(n)} {n}" for n in self.names]
+        (r / "etc/hosts").write_text("\n".join(hosts) + "\n")
+        for node in self.names:
+            (r / "spool" / node).mkdir()
+            (r / "nodetmp" / node).mkdir(parents=True, mode=0o1777)
+            (r / "nodetmp" / node).chmod(0o1777)
+        (r / "etc/slurm.conf").write_text(self._conf(host))
+
+    def _conf(self, host: str) -> str:
+        r = self.root
+        lines = [
+            "ClusterName=hpotest", f"SlurmctldHost={host}({self.subnet}.1)",
+            f"SlurmctldPort={self.ctl_port}", f"SlurmdPort={self.ctl_port + 1}",
+            "AuthType=auth/munge", f"AuthInfo=socket={r}/munge/socket,cred_expire=10",
+            "CredType=cred/munge", "SlurmUser=root", "SlurmdUser=root",
+            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+            "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
+            "SlurmdParameters=config_overrides", "JobRequeue=1", "ReturnToService=2",
+            "SchedulerParameters=sched_interval=1,bf_interval=5", "MinJobAge=600",
+            "KillWait=5", "SlurmdTimeout=300", "MpiDefault=none",
+            f"StateSaveLocation={r}/state", f"SlurmdSpoolDir={r}/spool/%n",
+            f"SlurmctldPidFile={r}/state/slurmctld.pid", f"SlurmdPidFile={r}/spool/%n/pid",
+            f"SlurmctldLogFile={r}/log/slurmctld.log", f"SlurmdLogFile={r}/log/%n.log",
+        ]
+        lines += [f"NodeName={n} NodeAddr={self.address(n)} CPUs={self.cpus} "
+                  "RealMemory=4000 State=UNKNOWN" for n in self.names]
+        lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        return "\n".join(lines) + "\n"
+
+    def _spawn(self, name: str, cmd: list[str]) -> None:
+        log = open(self.root / "log" / f"{name}.out", "ab")  # noqa: SIM115 - outlives us
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=self.env)
+        log.close()
+        self.procs[name] = _Proc(proc.pid, _start_time(proc.pid))
+
+    def _daemons(self) -> None:
+        r = self.root
+        self._spawn("munged", ["munged", "-F", "-f", f"--socket={r}/munge/socket",
+                               f"--key-file={r}/munge/key", f"--pid-file={r}/munge/pid",
+                               f"--log-file={r}/log/munged.log",
+                               f"--seed-file={r}/munge/seed"])
+        self._wait(lambda: (r / "munge/socket").exists(), "munged socket")
+        self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", f"{r}/etc/slurm.conf"])
+        for node in self.names:
+            self.start_node(node)
+
+    def start_node(self, node: str) -> None:
+        """Start (or restart) one node's slurmd inside its namespaces."""
+        r = self.root
+        inner = (f"hostname {node} && mount --bind {r}/etc/hosts /etc/hosts && "
+                 f"mount --bind {r}/nodetmp/{node} /tmp && "
+                 f"exec slurmd -D -N {node} -f {r}/etc/slurm.conf")
+        self._spawn(node, ["nsenter", f"--net=/run/netns/{self.netns(node)}", "unshare",
+                           "--uts", "--mount", "sh", "-c", inner])
+
+    def kill_node(self, node: str) -> None:
+        """A node lost: its slurmd and every process in its network namespace, SIGKILLed."""
+        self.procs.pop(node).end()
+        self._kill_inside(self.netns(node))
+
+    def _kill_inside(self, ns: str) -> None:
+        done = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
+                              check=False)
+        for pid in map(int, done.stdout.split()):
+            _Proc(pid, _start_time(pid)).end()
+
+    def _wait(self, ready: object, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ready():  # type: ignore[operator]
+                return
+            time.sleep(0.1)
+        raise Unavailable(f"{what} not ready after {timeout:.0f} s; logs in {self.root}/log")
+
+    def wait_idle(self, timeout: float = 60) -> None:
+        def idle() -> bool:
+            done = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=self.env,
+                                  capture_output=True, text=True, check=False)
+            states = done.stdout.split()
+            return len(states) == self.nodes and all(s == "idle" for s in states)
+
+        self._wait(idle, "all Slurm nodes idle", timeout)
+
+    def stop(self) -> None:
+        """Cancel jobs, end our daemons by pid, then what is left in our namespaces."""
+        if self.procs.get("slurmctld"):
+            subprocess.run(["scancel", "--full", f"--user={os.getuid()}"], env=self.env,
+                           capture_output=True, check=False)
+        for name in [n for n in self.procs if n.startswith("node")] + ["slurmctld", "munged"]:
+            proc = self.procs.pop(name, None)
+            if proc:
+                proc.end()
+        for node in self.names:
+            self._kill_inside(self.netns(node))
+        for undo in reversed(self._made):
+            subprocess.run(["ip", *undo], capture_output=True, check=False)
+        self._made.clear()
+        if getattr(self, "root", None) and not os.environ.get("HPO_KEEP_SLURM_TEST_CLUSTER"):
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+if __name__ == "__main__":  # a quick manual check: start, show sinfo and a 3-node srun, stop
+    with SlurmTestCluster() as cluster:
+        print(subprocess.run(["sinfo"], env=cluster.env, capture_output=True, text=True).stdout)
+        print(subprocess.run(["srun", "-N3", "-l", "hostname"], env=cluster.env,
+                             capture_output=True, text=True, timeout=60).stdout)

@@ -1,0 +1,138 @@
+"""`hpo slurm render|submit|run` without a cluster: the golden sbatch script, and bad input
+ending in one line, exit 2, with nothing started."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hpo.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path("tests/golden/slurm-job.sbatch")
+GOLDEN_ARGS = ["slurm", "render", "tests/golden/slurm-space.yaml", "--workdir",
+               "/p/project/hpo", "--storage", "/p/scratch/hpo/results"]
+REGENERATE = ("HPO_REGENERATE_GOLDEN=1 python -m pytest "
+              "tests/test_slurm_cli.py::test_render_matches_golden_file")
+
+GOOD = """\
+name: exp
+trainable: tests/test_trainables.py:steady
+metric: score
+mode: max
+"""
+
+
+def _invoke(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        f"CLI crashed: {result.exception!r}")
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_render_matches_golden_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    code, text, stderr = _invoke(GOLDEN_ARGS)
+    assert code == 0, stderr
+    if os.environ.get("HPO_REGENERATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    expected = GOLDEN.read_text()
+    if text != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
+                                            str(GOLDEN), "rendered now"))
+        pytest.fail(f"the rendered sbatch script changed:\n{diff}\nIf the change is "
+                    f"intended, regenerate the golden file: {REGENERATE}")
+
+
+def test_golden_script_asks_for_what_the_bootstrap_needs() -> None:
+    text = (ROOT / GOLDEN).read_text()
+    for line in ("#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1",
+                 "#SBATCH --gpus-per-node=4", "#SBATCH --signal=B:USR1@600",
+                 "#SBATCH --requeue", "#SBATCH --no-kill", "#SBATCH --qos=normal",
+                 "module load Stages/2025 CUDA", "source /p/project/hpo/.venv/bin/activate",
+                 "cd /p/project/hpo", 'scontrol requeue "$SLURM_JOB_ID"'):
+        assert line in text.splitlines() or line in text, line
+    assert "sleep" not in text and "ray stop" not in text and "redis" not in text
+
+
+def test_command_line_overrides_yaml_and_site(tmp_path: Path) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text("partition: dc-gpu\naccount: site-acct\nmodules: [Python]\n")
+    space = tmp_path / "exp.yaml"
+    space.write_text(GOOD + "slurm: {account: yaml-acct, nodes: 2}\n")
+    code, text, stderr = _invoke(["slurm", "render", str(space), "--site", str(site),
+                                  "--nodes", "3", "--no-requeue", "--workdir", "/w"])
+    assert code == 0, stderr
+    assert "#SBATCH --partition=dc-gpu" in text  # from the site file
+    assert "#SBATCH --account=yaml-acct" in text  # the YAML beats the site file
+    assert "#SBATCH --nodes=3" in text  # the command line beats both
+    assert "--signal" not in text and "--requeue" not in text and "trap" not in text
+    assert "module load Python" in text
+
+
+def test_render_writes_a_file(tmp_path: Path) -> None:
+    space, target = tmp_path / "exp.yaml", tmp_path / "job.sbatch"
+    space.write_text(GOOD)
+    code, _, stderr = _invoke(["slurm", "render", str(space), "-o", str(target)])
+    assert code == 0, stderr
+    assert target.read_text().startswith("#!/bin/bash\n")
+
+
+BAD = [
+    ("unknown-key", "slurm: {partiton: booster}\n", [], "slurm.partiton",
+     "did you mean 'partition'"),
+    ("bad-time", "slurm: {time: 2h}\n", [], "slurm.time", "'2h'"),
+    ("signal-after-limit", "slurm: {time: '00:05:00', signal_seconds: 600}\n", [],
+     "slurm.signal_seconds", "600"),
+    ("bad-sbatch-option", "slurm: {sbatch: [qos=normal]}\n", [], "slurm.sbatch",
+     "'qos=normal'"),
+    ("zero-nodes-yaml", "slurm: {nodes: 0}\n", [], "slurm.nodes", "0"),
+    ("bad-time-option", "", ["--time", "banana"], "--time", "'banana'"),
+    ("zero-nodes-option", "", ["--nodes", "0"], "--nodes", "0"),
+    ("negative-gpus-option", "", ["--gpus-per-node", "-1"], "--gpus-per-node", "-1"),
+]
+
+
+@pytest.mark.parametrize(("yaml_tail", "options", "path", "value"),
+                         [case[1:] for case in BAD], ids=[case[0] for case in BAD])
+def test_bad_slurm_input_is_one_line(tmp_path: Path, yaml_tail: str, options: list[str],
+                                     path: str, value: str) -> None:
+    space = tmp_path / "exp.yaml"
+    space.write_text(GOOD + yaml_tail)
+    code, stdout, stderr = _invoke(["slurm", "render", str(space), *options])
+    line = stderr.strip()
+    assert code == 2 and "\n" not in line and "Traceback" not in stdout + stderr, stderr
+    assert str(space) in line and f"{path}: " in line and value in line, line
+    assert "Hint:" in line and stdout == "", line
+
+
+def test_bad_site_file_names_the_site_file(tmp_path: Path) -> None:
+    site, space = tmp_path / "site.yaml", tmp_path / "exp.yaml"
+    site.write_text("acount: x\n")
+    space.write_text(GOOD)
+    code, _, stderr = _invoke(["slurm", "render", str(space), "--site", str(site)])
+    assert code == 2 and f"{site}: acount: unknown key" in stderr and "Hint:" in stderr
+
+
+def test_submit_without_sbatch_starts_nothing(tmp_path: Path) -> None:
+    space = tmp_path / "exp.yaml"
+    space.write_text(GOOD)
+    code, stdout, stderr = _invoke(["slurm", "submit", str(space)],
+                                   env={"PATH": str(tmp_path)})
+    assert code == 2 and "sbatch not found" in stderr and "Hint:" in stderr
+    assert stdout == ""
+
+
+def test_run_outside_a_job_starts_nothing(tmp_path: Path) -> None:
+    space, jobs = tmp_path / "exp.yaml", tmp_path / "jobs"
+    space.write_text(GOOD + f"slurm: {{job_dir: {jobs}}}\n")
+    no_slurm = {k: "" for k in os.environ if k.startswith("SLURM")}
+    code, _, stderr = _invoke(["slurm", "run", str(space), "--storage", str(tmp_path / "r")],
+                              env=no_slurm)
+    assert code == 2 and "not inside a Slurm job" in stderr and "Hint:" in stderr
+    assert "\n" not in stderr.strip()
+    assert not jobs.exists() and not (tmp_path / "r").exists()

@@ -1,0 +1,251 @@
+"""`hpo slurm submit` on a real multi-node Slurm (tests/slurm_testcluster.py), real Ray inside.
+
+The session's cluster has 3 nodes of 4 CPUs; jobs ask for 2 CPUs per node, so two jobs fit
+on the same nodes. Each test reads what a user would: the job's state and output file, and
+the experiment folder (`hostname` comes from Tune's own results).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from slurm_testcluster import SlurmTestCluster, Unavailable
+
+from hpo.errors import ExperimentError
+from hpo.results import load_results
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+VENV = Path(sys.executable).parent.parent
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Iterator[SlurmTestCluster]:
+    try:
+        cluster = SlurmTestCluster(nodes=3, cpus=4).__enter__()
+    except Unavailable as exc:  # never a silent skip: these tests are the Slurm feature
+        pytest.fail(f"cannot start the test Slurm cluster on this machine: {exc}. It needs "
+                    "root, network namespaces and `bash scripts/setup.sh --test`", False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _space(slurm: SlurmTestCluster, name: str, *, nodes: int, samples: int, steps: int,
+           sleep: float, extra: str = "", slurm_extra: str = "") -> Path:
+    work = slurm.root / "work"
+    space = work / f"{name}.yaml"
+    space.write_text(f"""\
+name: {name}
+trainable: tests/test_trainables.py:steady
+metric: score
+mode: max
+num_samples: {samples}
+search_space:
+  x: {{uniform: [0.0, 1.0]}}
+constants: {{steps: {steps}, sleep: {sleep}}}
+search: {{type: random, seed: 1}}
+checkpoint: {{frequency: 1, keep: 1}}
+storage: {work / "results"}
+{extra}slurm:
+  nodes: {nodes}
+  cpus_per_node: 2
+  time: "00:20:00"
+  signal_seconds: 60
+  venv: {VENV}
+  job_dir: {work / "jobs"}
+  startup_timeout_s: 120
+{slurm_extra}""")
+    return space
+
+
+def _submit(slurm: SlurmTestCluster, space: Path) -> str:
+    done = subprocess.run([sys.executable, "-m", "hpo", "slurm", "submit", str(space),
+                           "--workdir", str(ROOT)], cwd=ROOT, env=slurm.env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.fullmatch(r"\d+", done.stdout.strip()), done.stdout
+    return done.stdout.strip()
+
+
+def _job(slurm: SlurmTestCluster, job_id: str) -> dict[str, str]:
+    text = subprocess.run(["scontrol", "show", "job", job_id], env=slurm.env,
+                          capture_output=True, text=True, check=True).stdout
+    return dict(re.findall(r"(\w+)=(\S*)", text))
+
+
+def _wait_job(slurm: SlurmTestCluster, job_id: str, timeout: float = 240) -> dict[str, str]:
+    """Until the batch script has ended (COMPLETING counts: a lost node delays cleanup)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = _job(slurm, job_id)
+        if job["JobState"] in ("COMPLETED", "COMPLETING", "FAILED", "CANCELLED", "TIMEOUT",
+                               "NODE_FAIL", "OUT_OF_MEMORY"):
+            return job
+        time.sleep(0.5)
+    pytest.fail(f"job {job_id} not done after {timeout:.0f} s: {_job(slurm, job_id)}\n"
+                f"{_output(job_id)}")
+
+
+def _output(job_id: str) -> str:
+    files = list(ROOT.glob(f"hpo-*-{job_id}.out"))
+    return files[0].read_text() if files else "(no output file)"
+
+
+@pytest.fixture
+def outputs() -> Iterator[list[str]]:
+    """Job ids whose output files (written into the work tree) are removed afterwards."""
+    ids: list[str] = []
+    yield ids
+    if os.environ.get("HPO_KEEP_SLURM_TEST_CLUSTER"):
+        return
+    for job_id in ids:
+        for path in ROOT.glob(f"hpo-*-{job_id}.out"):
+            path.unlink()
+
+
+def _finished(slurm: SlurmTestCluster, job_id: str) -> str:
+    job = _wait_job(slurm, job_id)
+    out = _output(job_id)
+    assert job["JobState"] in ("COMPLETED", "COMPLETING") and job["ExitCode"] == "0:0", (
+        f"{job['JobState']} {job['ExitCode']}\n{out}")
+    return out
+
+
+def _assert_nothing_left(slurm: SlurmTestCluster, *job_ids: str) -> None:
+    """Teardown: no Ray process in any node namespace, no job temp dir or token left."""
+    for job_id in job_ids:
+        for node in slurm.names:
+            assert not (slurm.root / "nodetmp" / node / f"hpo-{job_id}").exists(), node
+        assert not (slurm.root / "work" / "jobs" / job_id).exists()
+    for node in slurm.names:
+        pids = subprocess.run(["ip", "netns", "pids", slurm.netns(node)], capture_output=True,
+                              text=True, check=True).stdout.split()
+        names = [Path(f"/proc/{p}/comm").read_text().strip() for p in pids
+                 if Path(f"/proc/{p}/comm").exists()]
+        assert not [n for n in names if n != "slurmd"], f"{node}: {names}"
+
+
+def test_ray_spans_all_nodes_and_trials_run_on_several(slurm: SlurmTestCluster,
+                                                        outputs: list[str]) -> None:
+    space = _space(slurm, "span", nodes=3, samples=6, steps=3, sleep=0.5)
+    job_id = _submit(slurm, space)
+    outputs.append(job_id)
+    out = _finished(slurm, job_id)
+    assert "Ray cluster ready on 3 node(s) (node1, node2, node3)" in out, out
+    frame = load_results(slurm.root / "work/results/span")
+    assert len(frame) == 6 and set(frame["status"]) == {"TERMINATED"}, frame
+    hosts = set(frame["hostname"])
+    assert hosts <= {"node1", "node2", "node3"} and len(hosts) >= 2, hosts
+    assert (slurm.root / "work/results/span" / f"slurm-{job_id}" / "ray-node3.log").exists()
+    _assert_nothing_left(slurm, job_id)
+
+
+def test_two_jobs_on_the_same_nodes(slurm: SlurmTestCluster, outputs: list[str]) -> None:
+    same_nodes = '  sbatch: ["--nodelist=node[1-2]"]\n'
+    jobs = [_submit(slurm, _space(slurm, f"pair{k}", nodes=2, samples=4, steps=3, sleep=0.5,
+                                  slurm_extra=same_nodes)) for k in (1, 2)]
+    outputs.extend(jobs)
+    heads = []
+    for k, job_id in enumerate(jobs, start=1):
+        out = _finished(slurm, job_id)
+        assert "Ray cluster ready on 2 node(s) (node1, node2)" in out, out
+        heads.append(re.search(r"head (\S+)", out).group(1))  # type: ignore[union-attr]
+        frame = load_results(slurm.root / f"work/results/pair{k}")
+        assert len(frame) == 4 and set(frame["status"]) == {"TERMINATED"}
+        assert set(frame["hostname"]) <= {"node1", "node2"}
+    _assert_nothing_left(slurm, *jobs)
+    starts = [_job(slurm, j)["StartTime"] for j in jobs]
+    ends = [_job(slurm, j)["EndTime"] for j in jobs]
+    assert starts[1] < ends[0] and starts[0] < ends[1], (starts, ends)  # they overlapped
+    assert heads[0] != heads[1], heads  # each job its own port block
+
+
+def _wait_progress(exp_dir: Path, job_id: str, timeout: float = 180) -> None:
+    """Until >= 2 trials finished and one runs with a checkpoint (as in test_resume)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            frame = load_results(exp_dir)
+        except ExperimentError:
+            frame = None
+        if frame is not None and not frame.empty:
+            running = frame[(frame["status"] == "RUNNING") & (frame["iterations"] >= 2)]
+            if (frame["status"] == "TERMINATED").sum() >= 2 and len(running):
+                return
+        time.sleep(0.2)
+    pytest.fail(f"no progress before the timeout\n{_output(job_id)}")
+
+
+def test_usr1_stops_requeues_and_resumes(slurm: SlurmTestCluster,
+                                         outputs: list[str]) -> None:
+    space = _space(slurm, "walltime", nodes=2, samples=6, steps=8, sleep=0.5,
+                   extra="max_concurrent: 2\n")
+    job_id = _submit(slurm, space)
+    outputs.append(job_id)
+    exp_dir = slurm.root / "work/results/walltime"
+    _wait_progress(exp_dir, job_id)
+    # Exactly what --signal=B:USR1@60 does before the time limit: USR1 to the batch shell.
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=slurm.env, check=True)
+    deadline = time.monotonic() + 120
+    while "hpo: resuming" not in _output(job_id) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    before = load_results(exp_dir).set_index("trial_id")
+    finished = before[before["status"] == "TERMINATED"]
+    assert 2 <= len(finished) < 6, before
+    out = _finished(slurm, job_id)
+    assert _job(slurm, job_id)["Restarts"] == "1"
+    assert f"requeueing job {job_id}" in out and "hpo: resuming" in out, out
+    after = load_results(exp_dir).set_index("trial_id")
+    assert len(after) == 6 and set(after["status"]) == {"TERMINATED"}, after
+    assert (after["iterations"] == 8).all()
+    kept = after.loc[finished.index]  # finished trials were not re-run
+    assert kept["best_score"].tolist() == finished["best_score"].tolist()
+    assert kept["time_total_s"].tolist() == finished["time_total_s"].tolist()
+    _assert_nothing_left(slurm, job_id)
+
+
+def test_lost_worker_node_trials_retried_elsewhere(slurm: SlurmTestCluster,
+                                                   outputs: list[str]) -> None:
+    space = _space(slurm, "lost", nodes=3, samples=6, steps=10, sleep=0.5,
+                   extra="failure: {max_failures: 3}\n")
+    job_id = _submit(slurm, space)
+    outputs.append(job_id)
+    exp_dir = slurm.root / "work/results/lost"
+    on_node3 = _wait_running_on(exp_dir, "node3", job_id)
+    slurm.kill_node("node3")  # its slurmd, Ray raylet and trial workers, SIGKILLed
+    try:
+        _finished(slurm, job_id)
+        frame = load_results(exp_dir).set_index("trial_id")
+        assert len(frame) == 6 and set(frame["status"]) == {"TERMINATED"}, frame
+        assert (frame["iterations"] == 10).all()
+        assert not (frame.loc[on_node3, "hostname"] == "node3").any()  # finished elsewhere
+    finally:
+        slurm.start_node("node3")
+        slurm.wait_idle(timeout=120)
+
+
+def _wait_running_on(exp_dir: Path, node: str, job_id: str, timeout: float = 180) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            frame = load_results(exp_dir)
+        except ExperimentError:
+            frame = None
+        if frame is not None and not frame.empty:
+            there = frame[(frame["status"] == "RUNNING") & (frame["hostname"] == node)
+                          & (frame["iterations"] >= 1)]
+            if len(there):
+                return there["trial_id"].tolist()
+        time.sleep(0.2)
+    pytest.fail(f"no trial ran on {node} before the timeout\n{_output(job_id)}")
+

@@ -1,0 +1,190 @@
+"""The cluster side's pure parts: SLURM_* parsing, port blocks, `ray start` lines."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from hpo.cluster import describe
+from hpo.cluster.ports import BLOCK, BLOCKS, FIRST_PORT, RayPorts, first_block, pick_ports
+from hpo.cluster.render import ray_start_args, ray_temp_dir, srun_args
+from hpo.cluster.slurm_env import (
+    Allocation,
+    NodeShare,
+    expand_hostlist,
+    parse_cpus,
+    parse_gpus,
+)
+from hpo.errors import SlurmEnvironmentError
+
+
+@pytest.mark.parametrize(("hostlist", "hosts"), [
+    ("node1", ["node1"]),
+    ("node[1-3]", ["node1", "node2", "node3"]),
+    ("node[01-03,07]", ["node01", "node02", "node03", "node07"]),
+    ("jwb[0098-0101]", ["jwb0098", "jwb0099", "jwb0100", "jwb0101"]),
+    ("a[1-2],b5,c[9]", ["a1", "a2", "b5", "c9"]),
+    ("gpu[1,3]-ib", ["gpu1-ib", "gpu3-ib"]),
+    ("lrdn[0001-0002],lrdn0010", ["lrdn0001", "lrdn0002", "lrdn0010"]),
+    ("nid00[1-2]", ["nid001", "nid002"]),
+])
+def test_expand_hostlist(hostlist: str, hosts: list[str]) -> None:
+    assert expand_hostlist(hostlist) == hosts
+
+
+@pytest.mark.parametrize("bad", ["node[1-3", "node1-3]", "node[3-1]", "node[a-b]",
+                                 "n[[1]]"])
+def test_expand_hostlist_rejects(bad: str) -> None:
+    with pytest.raises(ValueError):
+        expand_hostlist(bad)
+
+
+@pytest.mark.parametrize(("value", "gpus"), [
+    (None, []), ("", []), ("NoDevFiles", []), ("N/A", []), ("0", ["0"]),
+    ("0,1,2,3", ["0", "1", "2", "3"]), (" 2, 3 ", ["2", "3"]),
+])
+def test_parse_gpus(value: str | None, gpus: list[str]) -> None:
+    assert parse_gpus(value) == gpus
+
+
+@pytest.mark.parametrize(("env", "gpus"), [
+    ({"SLURM_STEP_GPUS": "2,3", "SLURM_JOB_GPUS": "0,1,2,3", "CUDA_VISIBLE_DEVICES": "0,1"},
+     ("2", "3")),
+    ({"SLURM_JOB_GPUS": "0,1,2,3", "CUDA_VISIBLE_DEVICES": "0"}, ("0", "1", "2", "3")),
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, ("0", "1")),
+    ({"SLURM_STEP_GPUS": "", "CUDA_VISIBLE_DEVICES": "1"}, ("1",)),
+    ({}, ()),
+])
+def test_gpus_come_from_slurm_first(env: dict[str, str], gpus: tuple[str, ...]) -> None:
+    assert NodeShare.from_env(env, "host.example").gpus == gpus
+
+
+@pytest.mark.parametrize(("value", "cpus"), [(None, None), ("8", 8), ("48(x2)", 48)])
+def test_parse_cpus(value: str | None, cpus: int | None) -> None:
+    assert parse_cpus(value) == cpus
+
+
+@pytest.mark.parametrize("bad", ["", "zero", "0", "-4"])
+def test_parse_cpus_rejects(bad: str) -> None:
+    with pytest.raises(SlurmEnvironmentError, match="SLURM_CPUS_ON_NODE"):
+        parse_cpus(bad)
+
+
+def test_node_share_names_the_node() -> None:
+    share = NodeShare.from_env({"SLURMD_NODENAME": "jwb0001", "SLURM_CPUS_ON_NODE": "96"},
+                               "jwb0001.juwels")
+    assert share == NodeShare("jwb0001", 96, ())
+    assert NodeShare.from_env({}, "node7.cluster").name == "node7"
+
+
+def test_allocation_from_env() -> None:
+    alloc = Allocation.from_env({"SLURM_JOB_ID": "4711", "SLURM_JOB_NODELIST": "n[07-08]",
+                                 "SLURM_JOB_NUM_NODES": "2", "SLURM_RESTART_COUNT": "1"})
+    assert alloc == Allocation("4711", ("n07", "n08"), 1)
+    assert alloc.head == "n07"
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({}, "not inside a Slurm job"),
+    ({"SLURM_JOB_ID": "1"}, "not inside a Slurm job"),
+    ({"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n[1-"}, "SLURM_JOB_NODELIST='n[1-'"),
+    ({"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "3"},
+     "names 2 node(s)"),
+])
+def test_allocation_errors(env: dict[str, str], says: str) -> None:
+    with pytest.raises(SlurmEnvironmentError, match="Hint: ") as info:
+        Allocation.from_env(env)
+    assert says in str(info.value) and "\n" not in str(info.value)
+
+
+def test_port_block_is_per_job_and_covers_every_ray_port() -> None:
+    assert first_block("4711") != first_block("4712")
+    assert first_block("4711_3") == first_block("4711")  # array task
+    ports = RayPorts(FIRST_PORT)
+    values = list(ports.named.values())
+    assert len(set(values)) == len(values)
+    assert all(p in ports.all_ports() for p in values)
+    assert ports.named["--max-worker-port"] - ports.named["--min-worker-port"] >= 300
+
+
+def test_pick_ports_skips_a_block_with_a_busy_port() -> None:
+    own = FIRST_PORT + first_block("77") * BLOCK
+    busy = {own + 5}
+    ports = pick_ports("77", is_free=lambda p: p not in busy)
+    assert ports.base == FIRST_PORT + (first_block("77") + 1) % BLOCKS * BLOCK
+
+
+def test_pick_ports_checks_real_sockets() -> None:
+    job = "123"
+    wanted = pick_ports(job)
+    with socket.socket() as sock:  # another job's Ray listening inside our block
+        sock.bind(("", wanted.named["--node-manager-port"]))
+        sock.listen()
+        assert pick_ports(job).base != wanted.base
+
+
+def test_pick_ports_fails_when_nothing_is_free() -> None:
+    with pytest.raises(OSError, match="no free block"):
+        pick_ports("1", is_free=lambda p: False)
+
+
+def test_ray_start_lines() -> None:
+    share = NodeShare("n1", 8, ("0", "1"))
+    ports = RayPorts(FIRST_PORT)
+    head = ray_start_args("ray", ip="10.0.0.1", ports=ports, share=share,
+                          temp_dir=ray_temp_dir("42"))
+    worker = ray_start_args("ray", ip="10.0.0.2", ports=ports, share=share,
+                            temp_dir=ray_temp_dir("42"), head_address="10.0.0.1:20000")
+    assert {"--head", "--include-dashboard=false", "--port=20000", "--num-cpus=8",
+            "--num-gpus=2", "--node-ip-address=10.0.0.1", "--temp-dir=/tmp/hpo-42",
+            "--block"} <= set(head)
+    assert "--address=10.0.0.1:20000" in worker and "--head" not in worker
+    assert not any(a.startswith(("--port=", "--dashboard-port")) for a in worker)
+    assert not any("token" in a or "password" in a for a in head + worker)
+    dashboard = ray_start_args("ray", ip="10.0.0.1", ports=ports, share=share,
+                               temp_dir="/tmp/x", dashboard=True)
+    assert "--dashboard-host=127.0.0.1" in dashboard
+    assert len("/tmp/hpo-2147483647_1000/session_2026-11-21_11-19-13_717887_18614/sockets/"
+               "plasma_store") < 107
+
+
+def test_srun_line_runs_one_task_on_the_node() -> None:
+    from pathlib import Path
+
+    args = srun_args("n2", "worker", "/venv/bin/python", Path("/jobs/1"), Path("/l/n2.log"))
+    assert args[:1] == ["srun"] and "--nodelist=n2" in args and "--ntasks=1" in args
+    assert args[-5:] == ["/venv/bin/python", "-m", "hpo.cluster.node", "worker", "/jobs/1"]
+
+
+def test_describe_for_doctor() -> None:
+    info = describe({"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "n[1-2]",
+                     "SLURM_CPUS_ON_NODE": "4", "SLURM_JOB_GPUS": "0"}, interface="lo")
+    assert info["slurm job"].startswith("9")
+    assert info["nodes"] == "2: n1, n2 (head n1)"
+    assert info["ray address"] == "127.0.0.1" and info["ray interface"] == "lo"
+    assert info["gpus"] == "0" and info["cpus"] == "4"
+    assert info["ray temp dir"] == "/tmp/hpo-9"
+    assert describe({})["slurm job"].startswith("none")
+
+
+@pytest.mark.parametrize(("limit", "seconds"), [
+    ("30", 1800), ("30:15", 1815), ("02:00:00", 7200), ("1-00", 86400),
+    ("1-02:30", 95400), ("2-00:00:10", 172810),
+])
+def test_slurm_time_limits(limit: str, seconds: int) -> None:
+    from hpo.slurm_spec import time_seconds
+
+    assert time_seconds(limit) == seconds
+
+
+def test_cluster_side_never_imports_ray_tune() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, hpo.cluster.bootstrap, hpo.cluster.node, hpo.cluster.sbatch, "
+            "hpo.cluster.describe; bad = [m for m in sys.modules if m.startswith('ray.tune')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -29,20 +30,33 @@ def _fresh(config: dict[str, Any]) -> tuple[nn.Module, torch.optim.Optimizer]:
     return model, torch.optim.SGD(model.parameters(), lr=config.get("lr", 0.01), momentum=0.9)
 
 
-def one_step(config: dict[str, Any]) -> None:
-    """One SGD step on the first global batch; rank 0 saves the parameters for comparison."""
-    model, optimizer = _fresh(config)
+def initial_weights() -> np.ndarray:
+    model, _ = _fresh({})
+    return torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
+
+
+def first_step_weights(batch_size: int) -> np.ndarray:
+    """All parameters after one SGD step on the first global batch (on this rank's share)."""
+    model, optimizer = _fresh({})
     model, optimizer = dist.prepare(model, optimizer)
     x, y = _data()
-    rows = dist.shard(len(x), epoch=0)[:dist.local_batch_size(config["batch_size"])]
+    rows = dist.shard(len(x), epoch=0)[:dist.local_batch_size(batch_size)]
     loss = nn.functional.mse_loss(model(x[rows]).squeeze(1), y[rows])
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
+    return torch.cat([p.detach().flatten() for p in dist.unwrap(model).parameters()]).numpy()
+
+
+def one_step(config: dict[str, Any]) -> None:
+    """One step; rank 0 saves the parameters to `out`, every rank names its host in
+    `marker_dir` (if given)."""
+    weights = first_step_weights(config["batch_size"])
     if dist.is_main():
-        weights = torch.cat([p.detach().flatten() for p in dist.unwrap(model).parameters()])
-        np.save(config["out"], weights.numpy())
-    hpo.report({"loss": dist.allreduce_mean(loss.item()), "ranks": dist.size(),
+        np.save(config["out"], weights)
+    if config.get("marker_dir"):
+        Path(config["marker_dir"], f"rank{dist.rank()}-{socket.gethostname()}").touch()
+    hpo.report({"loss": float(np.abs(weights).sum()), "ranks": dist.size(),
                 "backend": dist.backend()})
 
 

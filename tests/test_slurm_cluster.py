@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import dp_trainables
+import numpy as np
 import pytest
 from conftest import ROOT
 from slurm_testcluster import SlurmTestCluster, Unavailable
@@ -25,6 +27,7 @@ from hpo.results import load_results
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 VENV = Path(sys.executable).parent.parent
+DP_TRAINABLES = Path(__file__).with_name("dp_trainables.py")
 
 
 @pytest.fixture(scope="session")
@@ -168,6 +171,31 @@ def test_two_jobs_on_the_same_nodes(slurm: SlurmTestCluster, outputs: list[str])
     ends = [_job(slurm, j)["EndTime"] for j in jobs]
     assert starts[1] < ends[0] and starts[0] < ends[1], (starts, ends)  # they overlapped
     assert heads[0] != heads[1], heads  # each job its own port block
+
+
+def test_two_rank_horovod_trial_across_two_nodes_trains_correctly(
+        slurm: SlurmTestCluster, outputs: list[str]) -> None:
+    work = slurm.root / "work"
+    markers, out_file = work / "hvd-ranks", work / "hvd-weights.npy"
+    markers.mkdir(exist_ok=True)
+    # 2 CPUs per node and 2 per rank: the placement group cannot pack both ranks on one node
+    space = _space(slurm, "hvd2nodes", nodes=2, samples=1, steps=1, sleep=0.0, extra=(
+        "distributed: {backend: horovod, workers: 2, cpus_per_worker: 2}\n"))
+    text = space.read_text().replace("tests/test_trainables.py:steady",
+                                     f"{DP_TRAINABLES}:one_step")
+    text = text.replace("metric: score\nmode: max", "metric: loss\nmode: min")
+    text = text.replace("search_space:\n  x: {uniform: [0.0, 1.0]}\n", "")
+    text = re.sub(r"constants: .*\n", f"constants: {{batch_size: 32, out: {out_file}, "
+                  f"marker_dir: {markers}}}\n", text)
+    space.write_text(text)
+    job_id = _submit(slurm, space)
+    outputs.append(job_id)
+    _finished(slurm, job_id)
+    hosts = {name.split("-", 1)[1] for name in os.listdir(markers)}
+    assert sorted(os.listdir(markers))[0].startswith("rank0") and len(hosts) == 2, hosts
+    # the same parameters as one process taking the whole global batch (tests/test_distributed)
+    np.testing.assert_allclose(np.load(out_file), dp_trainables.first_step_weights(32),
+                               rtol=1e-5, atol=1e-6)
 
 
 def _wait_progress(exp_dir: Path, job_id: str, timeout: float = 180) -> None:

@@ -70,18 +70,21 @@ def make_optimizer(name: str, params: Iterable[Any], lr: float, momentum: float 
 class BatchSchedule:
     """A global batch size that jumps once: `batch_size`, then `big_batch_size` from epoch
     `big_batch_from_epoch` (larger batches late in training, as the seed's recipe did), with
-    the learning rate scaled by the batch ratio under `big_batch_lr_scaling`."""
+    the learning rate scaled by the batch ratio under `big_batch_lr_scaling`, ramped in over
+    `big_batch_warmup_epochs` so the jump does not throw the model off."""
 
     batch_size: int
     big_batch_size: int = 0  # 0: the batch stays fixed
     big_batch_from_epoch: int = 0
     big_batch_lr_scaling: str = "none"
+    big_batch_warmup_epochs: float = 1.0
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> BatchSchedule:
         schedule = cls(int(config["batch_size"]), int(config.get("big_batch_size", 0) or 0),
                        int(config.get("big_batch_from_epoch", 0) or 0),
-                       str(config.get("big_batch_lr_scaling", "none")))
+                       str(config.get("big_batch_lr_scaling", "none")),
+                       float(config.get("big_batch_warmup_epochs", 1.0)))
         if schedule.batch_size < 1 or schedule.big_batch_size < 0:
             raise ValueError(f"batch sizes must be positive, got {schedule}")
         scaled_lr(1.0, 1, schedule.big_batch_lr_scaling)  # an unknown rule fails now
@@ -92,7 +95,10 @@ class BatchSchedule:
             return self.big_batch_size
         return self.batch_size
 
-    def lr(self, lr: float, epoch: int) -> float:
-        """The learning rate for this epoch's batch, given the one for `batch_size`."""
-        ratio = self.global_batch(epoch) / self.batch_size
-        return scaled_lr(lr, ratio, self.big_batch_lr_scaling)  # type: ignore[arg-type]
+    def lr(self, lr: float, epoch: float) -> float:
+        """The learning rate at this (fractional) epoch, given the one for `batch_size`."""
+        ratio = self.global_batch(int(epoch)) / self.batch_size
+        if ratio == 1:
+            return lr
+        return warmup_lr(scaled_lr(lr, ratio, self.big_batch_lr_scaling), lr,
+                         epoch - self.big_batch_from_epoch, self.big_batch_warmup_epochs)

@@ -49,7 +49,8 @@ def test_batch_schedule_jumps_once() -> None:
     assert [schedule.lr(0.1, e) for e in (0, 20)] == [0.1, 0.1]  # bigger batch, same LR
     sqrt = BatchSchedule.from_config({"batch_size": 512, "big_batch_size": 2048,
                                       "big_batch_lr_scaling": "sqrt"})
-    assert sqrt.lr(0.1, 0) == pytest.approx(0.2)
+    # x sqrt(4) after the jump, ramped in over one epoch
+    assert [sqrt.lr(0.1, e) for e in (0, 0.5, 1, 3)] == pytest.approx([0.1, 0.15, 0.2, 0.2])
 
 
 def test_one_process_is_rank_zero_of_one() -> None:

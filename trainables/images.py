@@ -16,7 +16,8 @@ image_size (16), train_size (4096), val_size (1024), noise (1.0), width (16), ep
 seed (0), lr (0.05, per rank before scaling), lr_scaling ("linear" | "sqrt" | "none"),
 warmup_epochs (0), optimizer ("sgd" | "adam" | "adamw" | "lars" | "lamb"), momentum (0.9),
 nesterov (False), weight_decay (0), batch_size (256, global), big_batch_size (0: fixed),
-big_batch_from_epoch (0), big_batch_lr_scaling ("none": the bigger batch replaces an LR decay).
+big_batch_from_epoch (0), big_batch_lr_scaling ("none": the bigger batch replaces an LR decay;
+"sqrt" | "linear": the LR grows with the batch), big_batch_warmup_epochs (1: that growth's ramp).
 """
 
 from __future__ import annotations
@@ -139,7 +140,8 @@ def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Te
     loss_fn, device, lr = _loss(cfg["multilabel"]), dist.device(), target_lr
     model.train()
     for step in range(steps):
-        lr = warmup_lr(schedule.lr(target_lr, epoch), cfg["lr"], epoch + step / steps,
+        progress = epoch + step / steps
+        lr = warmup_lr(schedule.lr(target_lr, progress), cfg["lr"], progress,
                        cfg["warmup_epochs"])
         set_lr(optimizer, lr)
         batch = rows[step * local:(step + 1) * local]

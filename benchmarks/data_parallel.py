@@ -163,7 +163,8 @@ def main() -> None:
     if args.markdown:
         command = "python benchmarks/data_parallel.py " + " ".join(sys.argv[1:])
         body = [f"Measured with `{command}` on {machine()}; {versions()}, horovod 0.28.1 "
-                "(Gloo)."]
+                "(Gloo). Trainable: `trainables.images:train` (synthetic images); one thread "
+                "per rank; each row is whole `hpo run`s of the real CLI."]
         body += [f"\n**{part}**\n\n{md_table(header, rows)}" for part, header, rows in sections]
         write_section(args.markdown, "data-parallel", "\n".join(body))
 

@@ -104,8 +104,8 @@ def main() -> None:
                 "Test cluster of `tests/slurm_testcluster.py`: real slurmctld and one slurmd per "
                 "node, each node in its own network, UTS and mount namespace, all nodes sharing "
                 "the machine's 2 cores (nodes declare 2 CPUs each). A run waits for a quiet "
-                "machine first; other engineers' builds and tests ran on the same machine, so "
-                "the figures are noisy.\n\n"
+                "machine first; the nodes share the machine's cores, so the figures are "
+                "noisy.\n\n"
                 + md_table(header, rows))
         write_section(args.markdown, "slurm-startup", text)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import dp_trainables
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import ROOT
 from slurm_testcluster import SlurmTestCluster, Unavailable
@@ -198,14 +199,19 @@ def test_two_rank_horovod_trial_across_two_nodes_trains_correctly(
                                rtol=1e-5, atol=1e-6)
 
 
+def _results_so_far(exp_dir: Path) -> pd.DataFrame | None:
+    """The experiment's table, or None before its first snapshot."""
+    try:
+        return load_results(exp_dir)
+    except ExperimentError:
+        return None
+
+
 def _wait_progress(exp_dir: Path, job_id: str, timeout: float = 180) -> None:
     """Until >= 2 trials finished and one runs with a checkpoint (as in test_resume)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            frame = load_results(exp_dir)
-        except ExperimentError:
-            frame = None
+        frame = _results_so_far(exp_dir)
         if frame is not None and not frame.empty:
             running = frame[(frame["status"] == "RUNNING") & (frame["iterations"] >= 2)]
             if (frame["status"] == "TERMINATED").sum() >= 2 and len(running):
@@ -265,10 +271,7 @@ def test_lost_worker_node_trials_retried_elsewhere(slurm: SlurmTestCluster,
 def _wait_running_on(exp_dir: Path, node: str, job_id: str, timeout: float = 180) -> list[str]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            frame = load_results(exp_dir)
-        except ExperimentError:
-            frame = None
+        frame = _results_so_far(exp_dir)
         if frame is not None and not frame.empty:
             there = frame[(frame["status"] == "RUNNING") & (frame["hostname"] == node)
                           & (frame["iterations"] >= 1)]

@@ -17,6 +17,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,14 @@ from pathlib import Path
 
 NEEDED = ("slurmctld", "slurmd", "sbatch", "munged", "nsenter", "unshare", "ip")
 PACKAGES = "slurmctld slurmd slurm-client munge"
+
+
+def _shared_under_tmp() -> list[Path]:
+    """The repository and the Python environment the jobs use, where they lie under /tmp."""
+    paths = {Path(__file__).resolve().parent.parent, Path(sys.prefix).resolve()}
+    tmp = Path("/tmp").resolve()
+    under = [p for p in paths if p.is_relative_to(tmp) and p != tmp]
+    return sorted(p for p in under if not any(p != q and p.is_relative_to(q) for q in under))
 
 
 class Unavailable(RuntimeError):
@@ -180,8 +189,13 @@ class SlurmTestCluster:
     def start_node(self, node: str) -> None:
         """Start (or restart) one node's slurmd inside its namespaces."""
         r = self.root
-        inner = (f"hostname {node} && mount --bind {r}/etc/hosts /etc/hosts && "
-                 f"mount --bind {r}/nodetmp/{node} /tmp && "
+        local_tmp = r / "nodetmp" / node
+        # The shared file system (the checkout, its venv) must show through the node-local
+        # /tmp when it lives under /tmp (a CI clone there): bind it in before /tmp is covered.
+        keep = "".join(f"mkdir -p {local_tmp / p.relative_to('/tmp')} && mount --bind {p} "
+                       f"{local_tmp / p.relative_to('/tmp')} && " for p in _shared_under_tmp())
+        inner = (f"hostname {node} && mount --bind {r}/etc/hosts /etc/hosts && {keep}"
+                 f"mount --rbind {local_tmp} /tmp && "
                  f"exec slurmd -D -N {node} -f {r}/etc/slurm.conf")
         self._spawn(node, ["nsenter", f"--net=/run/netns/{self.netns(node)}", "unshare",
                            "--uts", "--mount", "sh", "-c", inner])

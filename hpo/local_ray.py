@@ -13,7 +13,6 @@ import logging
 import os
 import secrets
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -80,12 +79,6 @@ def _log_ray_to(log_file: Path) -> None:
         logger.propagate = False
 
 
-def _worker_preload() -> dict[str, list[str]]:
-    """Have Ray's idle worker processes import torch before a trial needs them (the trainable,
-    already imported here, pulled it in): the first trials and new ranks start sooner."""
-    return {"preload_python_modules": ["torch"]} if "torch" in sys.modules else {}
-
-
 @contextlib.contextmanager
 def embedded_ray(log_file: Path, num_cpus: int | None = None,
                  num_gpus: int | None = None) -> Iterator[dict[str, float]]:
@@ -98,7 +91,7 @@ def embedded_ray(log_file: Path, num_cpus: int | None = None,
         with token_env(new_token(run_dir)):
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                      _temp_dir=str(run_dir), log_to_driver=False,
-                     logging_level=logging.WARNING, _system_config=_worker_preload())
+                     logging_level=logging.WARNING)
             _log_ray_to(log_file)
             try:
                 yield ray.cluster_resources()

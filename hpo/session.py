@@ -82,9 +82,8 @@ def report(metrics: Mapping[str, Any], checkpoint: Any = None) -> None:
     elif isinstance(checkpoint, tune.Checkpoint):
         tune.report(dict(metrics), checkpoint=checkpoint)
     else:
-        with tempfile.TemporaryDirectory(prefix="hpo-ckpt-") as tmp:
-            _write_checkpoint(Path(tmp), checkpoint, trial.reports)
-            tune.report(dict(metrics), checkpoint=tune.Checkpoint.from_directory(tmp))
+        with _written(checkpoint, trial.reports) as folder:
+            tune.report(dict(metrics), checkpoint=tune.Checkpoint.from_directory(folder))
 
 
 def _send_from_rank(link: RankLink, metrics: dict[str, Any], checkpoint: Any,
@@ -93,13 +92,19 @@ def _send_from_rank(link: RankLink, metrics: dict[str, Any], checkpoint: Any,
 
     if checkpoint is None:
         link.send(metrics, None)
-    elif isinstance(checkpoint, tune.Checkpoint):
-        with checkpoint.as_directory() as folder:
-            _send_from_rank(link, metrics, str(folder), reports)
-    else:
-        with tempfile.TemporaryDirectory(prefix="hpo-ckpt-") as tmp:
-            _write_checkpoint(Path(tmp), checkpoint, reports)
-            link.send(metrics, Path(tmp))
+        return
+    with contextlib.ExitStack() as stack:
+        if isinstance(checkpoint, tune.Checkpoint):  # sent as its folder, like a path
+            checkpoint = str(stack.enter_context(checkpoint.as_directory()))
+        link.send(metrics, stack.enter_context(_written(checkpoint, reports)))
+
+
+@contextlib.contextmanager
+def _written(checkpoint: Any, reports: int) -> Iterator[Path]:
+    """A temporary folder holding the checkpoint as hpo stores it."""
+    with tempfile.TemporaryDirectory(prefix="hpo-ckpt-") as tmp:
+        _write_checkpoint(Path(tmp), checkpoint, reports)
+        yield Path(tmp)
 
 
 def _write_checkpoint(folder: Path, checkpoint: Any, reports: int) -> None:

@@ -87,7 +87,7 @@ def _tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any]
     from ray import tune
 
     from hpo.progress import LiveProgress
-    from hpo.tensorboard import TensorBoardLogger
+    from hpo.trial_logs import trial_loggers
 
     tune_config = tune.TuneConfig(
         metric=spec.metric, mode=spec.mode, num_samples=spec.num_samples,
@@ -98,8 +98,8 @@ def _tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any]
     run_config = tune.RunConfig(
         name=exp_dir.name, storage_path=str(exp_dir.parent), stop=spec.stop or None,
         verbose=0, log_to_file=True,
-        # Ray would add its own TensorBoard logger, which loses restarted trials' scalars.
-        callbacks=[LiveProgress(spec.metric, spec.mode, spec.num_samples), TensorBoardLogger(),
+        # Ray would add its own loggers, which lose restarted trials' rows and scalars.
+        callbacks=[LiveProgress(spec.metric, spec.mode, spec.num_samples), *trial_loggers(),
                    *extra_callbacks],
         checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoint.keep),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),

@@ -67,8 +67,6 @@ def report(metrics: Mapping[str, Any], checkpoint: Any = None) -> None:
     Example:
         >>> hpo.report({"val_accuracy": acc}, checkpoint={"model": model.state_dict()})
     """
-    from ray import tune
-
     trial = _trial()
     trial.reports += 1
     every = trial.checkpoint_every
@@ -77,7 +75,10 @@ def report(metrics: Mapping[str, Any], checkpoint: Any = None) -> None:
     if trial.link is not None:
         if trial.link.main:  # the others' reports are copies; their checkpoints, not written
             _send_from_rank(trial.link, dict(metrics), checkpoint, trial.reports)
-    elif checkpoint is None:
+        return
+    from ray import tune  # here, not above: a linked process may never need Ray
+
+    if checkpoint is None:
         tune.report(dict(metrics))
     elif isinstance(checkpoint, tune.Checkpoint):
         tune.report(dict(metrics), checkpoint=checkpoint)
@@ -88,11 +89,11 @@ def report(metrics: Mapping[str, Any], checkpoint: Any = None) -> None:
 
 def _send_from_rank(link: RankLink, metrics: dict[str, Any], checkpoint: Any,
                     reports: int) -> None:
-    from ray import tune
-
     if checkpoint is None:
         link.send(metrics, None)
         return
+    from ray import tune
+
     with contextlib.ExitStack() as stack:
         if isinstance(checkpoint, tune.Checkpoint):  # sent as its folder, like a path
             checkpoint = str(stack.enter_context(checkpoint.as_directory()))

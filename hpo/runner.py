@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from hpo.local_ray import RayCluster, connected_ray, embedded_ray
 from hpo.plan import trial_count
 from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
 from hpo.spec import Spec
-from hpo.trainable import load_trainable, with_session
+from hpo.trainable import check_findable, load_trainable, with_session
 from hpo.yaml_io import load_spec, spec_from_dict
 
 LOG_FILE = "hpo.log"
@@ -118,6 +119,17 @@ def _ray_for(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None,
         yield
 
 
+@contextlib.contextmanager
+def _ray_and_trainable(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None,
+                       cluster: RayCluster | None) -> Iterator[Any]:
+    """Ray, and the trainable imported in a thread meanwhile: importing torch (about 2 s)
+    overlaps `ray.init` (about 3 s, mostly waiting for Ray's processes)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="hpo-import") as pool:
+        importing = pool.submit(_trainable, spec, source)
+        with _ray_for(spec, source, exp_dir, num_cpus, cluster):
+            yield importing.result()
+
+
 def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
         name: str | None = None, num_cpus: int | None = None,
         source: str = "<spec>", cluster: RayCluster | None = None) -> RunResult:
@@ -129,7 +141,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
         >>> result.best_config
     """
     spec, source = _as_spec(spec, source)
-    trainable = _trainable(spec, source)  # import errors before anything starts
+    check_findable(spec.trainable, source)  # a wrong name fails before anything starts
     exp_dir = Path(storage or spec.storage).expanduser().resolve() / (name or spec.name)
     if (exp_dir / SPEC_FILE).exists():
         raise ExperimentError(f"{exp_dir}: an experiment already exists here. Hint: "
@@ -138,7 +150,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
 
     mirror = mirror_for(spec, source, exp_dir.name)  # a bad optuna_storage fails here
     exp_dir.mkdir(parents=True, exist_ok=True)
-    with _ray_for(spec, source, exp_dir, num_cpus, cluster):
+    with _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster) as trainable:
         (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec), sort_keys=False))
         _fit(_tuner(spec, trainable, exp_dir, mirror), spec)
     return _outcome(exp_dir, spec)
@@ -162,8 +174,8 @@ def resume(experiment_dir: str | Path, *, num_cpus: int | None = None,
     exp_dir = Path(experiment_dir).expanduser().resolve()
     source = str(exp_dir / SPEC_FILE)
     spec = spec_from_dict(saved_spec(exp_dir), source)
-    trainable = _trainable(spec, source)
-    with _ray_for(spec, source, exp_dir, num_cpus, cluster):
+    check_findable(spec.trainable, source)
+    with _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster) as trainable:
         tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
                                    resume_errored=True)
         _fit(tuner, spec)

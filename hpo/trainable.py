@@ -31,10 +31,31 @@ def load_trainable(ref: str, source: str = "<spec>") -> Trainable:
     return func
 
 
-def _import_module(name: str, source: str) -> ModuleType:
+def check_findable(ref: str, source: str = "<spec>") -> None:
+    """Fail on a missing module or file without importing it (torch and friends take
+    seconds): `hpo run` imports the trainable while Ray starts, after this check."""
+    target, _, _ = ref.rpartition(":")
+    if target.endswith(".py"):
+        if not Path(target).resolve().is_file():
+            _import_file(target, source)  # raises the file-not-found error
+        return
+    _add_cwd_to_path()
+    try:
+        found = importlib.util.find_spec(target) is not None
+    except (ImportError, ValueError):  # a parent package is missing or broken
+        found = False
+    if not found:
+        _import_module(target, source)  # raises the usual one-line error
+
+
+def _add_cwd_to_path() -> None:
     cwd = str(Path.cwd())
     if cwd not in sys.path:  # `trainables.x` next to the YAML, as `python -m` would find it
         sys.path.insert(0, cwd)
+
+
+def _import_module(name: str, source: str) -> ModuleType:
+    _add_cwd_to_path()
     try:
         return importlib.import_module(name)
     except Exception as exc:

@@ -370,3 +370,16 @@ def test_run_cpus_per_trial_beyond_machine(tmp_path: Path) -> None:
     leftovers = [p.name for p in exp_dir.iterdir()] if exp_dir.exists() else []
     assert not [n for n in leftovers if (exp_dir / n).is_dir()], f"trial folders: {leftovers}"
     assert "hpo-spec.yaml" not in leftovers, leftovers
+
+
+def test_run_missing_trainable_starts_nothing(tmp_path: Path) -> None:
+    """`hpo run` imports the trainable while Ray starts; a name that does not exist is caught
+    before that, so no experiment folder (and no Ray) comes into being."""
+    target = tmp_path / "exp.yaml"
+    target.write_text(sub("trainables.digits:train", "trainables.nope:train"))
+    storage = tmp_path / "results"
+    case = Case("run-missing-trainable", None, "trainable", "trainables.nope")
+    proc = subprocess.run([*HPO, "run", str(target), "--storage", str(storage)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    _check_one_line_error(proc.returncode, proc.stdout, proc.stderr, str(target), case)
+    assert not storage.exists(), list(storage.rglob("*"))

@@ -100,7 +100,7 @@ WORKLOADS = {
             "weight_decay": {"loguniform": [1.0e-6, 1.0e-1]},
         },
         constants={"noise": 2.0, "train_size": 2048, "val_size": 1024, "lr_scaling": "none"},
-        epochs=12, target=0.9, more_targets="0.8,0.95", section="search-efficiency-images"),
+        epochs=12, target=0.95, more_targets="0.9,0.97", section="search-efficiency-images"),
 }
 
 
@@ -122,11 +122,18 @@ def hpo_spec(method: str, name: str, seed: int, args: argparse.Namespace) -> dic
     }
     if method == "asha+tpe":
         spec["scheduler"] = {"type": "asha", "max_t": args.epochs, "grace_period": 1,
-                             "reduction_factor": args.reduction_factor}
+                             "reduction_factor": args.reduction_factor,
+                             "brackets": args.brackets}
         spec["search"] = {"type": "optuna", "seed": seed}
     else:
         spec["search"] = {"type": "random", "seed": seed}
     return spec
+
+
+def optuna_brackets(epochs: int, reduction_factor: int) -> int:
+    """How many brackets Optuna's HyperbandPruner makes (min_resource 1): ASHA gets as many,
+    so both spread their trials over the same early-stopping schedules."""
+    return int(math.floor(math.log(epochs) / math.log(reduction_factor) + 1e-9)) + 1
 
 
 def constants(args: argparse.Namespace) -> dict[str, Any]:
@@ -354,7 +361,8 @@ took {took_s / 60:.1f} min). Machine: {machine()}; {versions()}.
 
 Search space `{space}`, constants `{json.dumps(constants(args))}`; {args.num_samples} trials
 per run, 2 CPUs, 1 CPU per trial (2 at a time), seeds {', '.join(map(str, seeds))}. ASHA:
-max_t {args.epochs}, grace_period 1, reduction_factor {args.reduction_factor}; TPE with
+max_t {args.epochs}, grace_period 1, reduction_factor {args.reduction_factor}, brackets
+{args.brackets}; TPE with
 10 start-up trials in both hpo and Optuna; Optuna's HyperbandPruner: min_resource 1,
 max_resource {args.epochs}, reduction_factor {args.reduction_factor}. Time to target: from
 starting the process to the first reported epoch with val_accuracy >= {args.target:g}
@@ -400,6 +408,9 @@ def main() -> None:
                         help="further targets scored from the same runs (comma-separated; "
                         "default: the workload's)")
     parser.add_argument("--reduction-factor", type=int, default=3)
+    parser.add_argument("--brackets", type=int,
+                        help="ASHA's brackets (default: as many as Optuna's HyperbandPruner "
+                        "makes for the same epochs and reduction factor)")
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--hpo-set", action="append", default=[], metavar="KEY=VALUE",
@@ -424,6 +435,7 @@ def main() -> None:
     if args.quick:
         args.seeds, args.num_samples, args.epochs = 1, 16, min(args.epochs, 10)
     args.more_targets = [float(t) for t in more.split(",") if t.strip()]
+    args.brackets = args.brackets or optuna_brackets(args.epochs, args.reduction_factor)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     METHODS = tuple(m for m in METHODS if m in methods)
     seeds = list(range(args.seeds))

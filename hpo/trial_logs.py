@@ -21,24 +21,20 @@ from typing import Any
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
 
-def _restore_unless_local(logger: Any, parent: type, file_name: str, trial: Any) -> None:
-    if Path(trial.local_path, file_name).exists():
-        return
-    parent._restore_from_remote(logger, file_name, trial)
+class _KeepsDriverCopy:
+    """For Ray's file loggers: bring the storage copy back only when the driver has none."""
+
+    def _restore_from_remote(self, file_name: str, trial: Any) -> None:
+        if not Path(trial.local_path, file_name).exists():
+            super()._restore_from_remote(file_name, trial)  # type: ignore[misc]
 
 
-class JsonLogger(JsonLoggerCallback):
+class JsonLogger(_KeepsDriverCopy, JsonLoggerCallback):
     """Ray's result.json logger that never overwrites the driver's newer copy."""
 
-    def _restore_from_remote(self, file_name: str, trial: Any) -> None:
-        _restore_unless_local(self, JsonLoggerCallback, file_name, trial)
 
-
-class CsvLogger(CSVLoggerCallback):
+class CsvLogger(_KeepsDriverCopy, CSVLoggerCallback):
     """Ray's progress.csv logger that never overwrites the driver's newer copy."""
-
-    def _restore_from_remote(self, file_name: str, trial: Any) -> None:
-        _restore_unless_local(self, CSVLoggerCallback, file_name, trial)
 
 
 def _writer(logdir: str, **options: Any) -> Any:

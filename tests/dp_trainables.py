@@ -30,9 +30,13 @@ def _fresh(config: dict[str, Any]) -> tuple[nn.Module, torch.optim.Optimizer]:
     return model, torch.optim.SGD(model.parameters(), lr=config.get("lr", 0.01), momentum=0.9)
 
 
+def _flat_parameters(model: nn.Module) -> np.ndarray:
+    return torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
+
+
 def initial_weights() -> np.ndarray:
     model, _ = _fresh({})
-    return torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
+    return _flat_parameters(model)
 
 
 def first_step_weights(batch_size: int) -> np.ndarray:
@@ -45,7 +49,7 @@ def first_step_weights(batch_size: int) -> np.ndarray:
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    return torch.cat([p.detach().flatten() for p in dist.unwrap(model).parameters()]).numpy()
+    return _flat_parameters(dist.unwrap(model))
 
 
 def one_step(config: dict[str, Any]) -> None:

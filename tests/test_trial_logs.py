@@ -58,6 +58,7 @@ def _rows_before_the_new_one(file: Path) -> str:
 
 
 LOGGERS = [(JsonLogger, "result.json"), (CsvLogger, "progress.csv")]
+RAY_LOGGERS = [(JsonLoggerCallback, "result.json"), (CSVLoggerCallback, "progress.csv")]
 
 
 @pytest.mark.parametrize(("logger_cls", "file_name"), LOGGERS)
@@ -80,10 +81,10 @@ def test_resume_brings_the_rows_back_from_storage(tmp_path: Path, logger_cls: An
     assert _rows_before_the_new_one(local / file_name) == STORAGE_ROWS
 
 
-@pytest.mark.parametrize("logger_cls", [JsonLoggerCallback, CSVLoggerCallback])
-def test_rays_own_loggers_lose_the_rows(tmp_path: Path, logger_cls: Any) -> None:
+@pytest.mark.parametrize(("logger_cls", "file_name"), RAY_LOGGERS)
+def test_rays_own_loggers_lose_the_rows(tmp_path: Path, logger_cls: Any,
+                                        file_name: str) -> None:
     """Why hpo has its own: when this fails, Ray fixed it and hpo's loggers can go."""
-    file_name = "result.json" if logger_cls is JsonLoggerCallback else "progress.csv"
     trial, local, remote = _restarted_trial(tmp_path)
     (local / file_name).write_text(DRIVER_ROWS)
     (remote / file_name).write_text(STORAGE_ROWS)

@@ -1,6 +1,8 @@
 """Optuna native on an hpo trainable: TPESampler + HyperbandPruner, study.optimize with
 n_jobs=2 (two trials at a time in threads, like 2 Ray workers with 1 CPU each); the metric
-is maximised.
+is maximised. The sampler is set up as hpo's `search: {type: optuna}` (constant_liar on), and
+the study is named after the seed: HyperbandPruner puts trials in brackets by a hash of the
+study name, so a random name would make the same seed prune differently from run to run.
 
 The trainable runs unchanged: its `hpo.report` calls reach Optuna through a session link
 (trial.report + trial.should_prune) instead of Ray Tune, and no checkpoints are written
@@ -108,8 +110,8 @@ def main() -> None:
         return link.last
 
     study = optuna.create_study(
-        direction="maximize",
-        sampler=optuna.samplers.TPESampler(seed=args.seed,
+        study_name=f"hpo-benchmark-seed-{args.seed}", direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=args.seed, constant_liar=True,
                                            n_startup_trials=args.n_startup_trials),
         pruner=optuna.pruners.HyperbandPruner(min_resource=1, max_resource=args.max_resource,
                                               reduction_factor=args.reduction_factor),

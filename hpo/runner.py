@@ -17,6 +17,7 @@ from hpo.errors import ConfigError, ExperimentError, RunError
 from hpo.local_ray import RayCluster, connected_ray, embedded_ray
 from hpo.plan import trial_count
 from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
+from hpo.schedulers import seeded_scheduler_draws
 from hpo.spec import Spec
 from hpo.trainable import check_findable, load_trainable, with_session
 from hpo.yaml_io import load_spec, spec_from_dict
@@ -186,7 +187,8 @@ def _fit(tuner: Any, spec: Spec) -> None:
     from ray.tune import TuneError
 
     try:
-        tuner.fit()
+        with seeded_scheduler_draws(spec.search.seed):
+            tuner.fit()
     except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
         if "did not include the specified metric" not in str(exc):
             raise

@@ -6,6 +6,9 @@ that `max_t`, `grace_period` and `perturbation_interval` all count epochs (repor
 
 from __future__ import annotations
 
+import contextlib
+import random
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
@@ -158,3 +161,23 @@ class Pb2(_Scheduler):
 
 Scheduler = Annotated[Fifo | Asha | HyperBand | Median | Pbt | Pb2, Field(discriminator="type")]
 SCHEDULER_TYPES = ("fifo", "asha", "hyperband", "median", "pbt", "pb2")
+
+
+@contextlib.contextmanager
+def seeded_scheduler_draws(seed: int | None) -> Iterator[None]:
+    """Ray's schedulers draw from the process-wide RNGs (ASHA picks a trial's bracket with
+    numpy, PBT explores with `random`): seed both for the run so that `search.seed` makes
+    those choices repeatable too, and give the caller's RNG states back afterwards."""
+    if seed is None:
+        yield
+        return
+    import numpy as np
+
+    saved_random, saved_numpy = random.getstate(), np.random.get_state()
+    random.seed(seed)
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(saved_random)
+        np.random.set_state(saved_numpy)

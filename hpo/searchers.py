@@ -11,6 +11,9 @@ from hpo.validation import FieldProblem, Strict
 
 
 class _Searcher(Strict):
+    # Also seeds the schedulers' draws (runner: seeded_scheduler_draws).
+    seed: int | None = None
+
     def check_space(self, space: dict[str, Distribution]) -> None:
         """Raise FieldProblem (relative to search_space) if this searcher cannot use it."""
 
@@ -22,7 +25,6 @@ class Random(_Searcher):
     """Independent random samples; `grid` entries are crossed with every sample."""
 
     type: Literal["random"]
-    seed: int | None = None
 
     def build(self, metric: str, mode: str) -> Any:
         from ray.tune.search.basic_variant import BasicVariantGenerator
@@ -51,9 +53,11 @@ class Optuna(_Searcher):
     """Optuna's TPE sampler through Ray Tune's OptunaSearch."""
 
     type: Literal["optuna"]
-    seed: int | None = None
     n_startup_trials: PositiveInt = 10
     multivariate: bool = False
+    # Trials running side by side count as bad results until they end, so TPE does not
+    # propose the same region to every free worker (Optuna's advice for parallel runs).
+    constant_liar: bool = True
 
     def check_space(self, space: dict[str, Distribution]) -> None:
         for name, dist in space.items():
@@ -67,7 +71,8 @@ class Optuna(_Searcher):
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         sampler = optuna.samplers.TPESampler(
-            seed=self.seed, n_startup_trials=self.n_startup_trials, multivariate=self.multivariate
+            seed=self.seed, n_startup_trials=self.n_startup_trials,
+            multivariate=self.multivariate, constant_liar=self.constant_liar,
         )
         return OptunaSearch(metric=metric, mode=mode, sampler=sampler)
 

@@ -42,3 +42,25 @@ def test_existing_experiment_is_never_overwritten(tmp_path: Path) -> None:
     with pytest.raises(hpo.ExperimentError, match="already exists.*hpo resume"):
         hpo.run(spec)
     assert (tmp_path / "exists" / "hpo-spec.yaml").read_text() == "name: exists\n"
+
+
+def test_seed_repeats_ashas_bracket_draws(tmp_path: Path) -> None:
+    """With one trial at a time, `search.seed` makes the whole ASHA run repeat: which
+    trials were cut, and when, depends on the bracket ASHA drew for each trial."""
+    spec = {
+        "trainable": "tests/test_trainables.py:steady", "metric": "score", "mode": "max",
+        "num_samples": 12, "max_concurrent": 1,
+        "search_space": {"x": {"uniform": [0.0, 1.0]}},
+        "constants": {"steps": 9, "sleep": 0.0},
+        "scheduler": {"type": "asha", "max_t": 9, "grace_period": 1, "reduction_factor": 3,
+                      "brackets": 3},
+        "search": {"type": "random", "seed": 3}, "storage": str(tmp_path),
+    }
+
+    def iterations_per_trial(name: str) -> list[tuple[float, int]]:
+        frame = hpo.run({**spec, "name": name}).dataframe.sort_values("config/x")
+        return list(zip(frame["config/x"], frame["iterations"], strict=True))
+
+    first = iterations_per_trial("one")
+    assert iterations_per_trial("two") == first
+    assert {iterations for _, iterations in first} - {9}, "ASHA cut no trial"

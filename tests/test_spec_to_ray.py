@@ -136,6 +136,35 @@ def test_optuna_sampler_is_seeded_tpe() -> None:
     searcher = spec.search.build(spec.metric, spec.mode)
     assert isinstance(searcher._sampler, optuna.samplers.TPESampler)
     assert searcher._sampler._n_startup_trials == 3
+    assert searcher._sampler._constant_liar  # the default: trials run side by side
+    again = spec.search.build(spec.metric, spec.mode)._sampler._rng.rng.random()
+    assert searcher._sampler._rng.rng.random() == again
+    off = _spec(search={"type": "optuna", "constant_liar": False}).search
+    assert not off.build(spec.metric, spec.mode)._sampler._constant_liar
+
+
+def test_seeded_scheduler_draws_repeat_and_leave_the_callers_rng_alone() -> None:
+    import random
+
+    import numpy as np
+
+    from hpo.schedulers import seeded_scheduler_draws
+
+    def draws() -> tuple[float, float]:
+        return random.random(), float(np.random.random())
+
+    random.seed(1)
+    np.random.seed(1)
+    expected_after = draws()
+    random.seed(1)
+    np.random.seed(1)
+    with seeded_scheduler_draws(5):
+        first = draws()
+    with seeded_scheduler_draws(5):
+        assert draws() == first
+    assert draws() == expected_after  # the caller's streams go on where they were
+    with seeded_scheduler_draws(None):
+        assert draws() != first
 
 
 def test_grid_search_turns_choice_into_grid() -> None:

@@ -31,7 +31,6 @@ import math
 import os
 import shlex
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -49,15 +48,22 @@ from benchmarks._common import (  # noqa: E402
     hpo_run_command,
     log,
     machine,
-    md_table,
-    median,
     run_when_quiet,
     text_table,
     versions,
     write_section,
 )
+from benchmarks._search_report import (  # noqa: E402
+    METHODS,
+    Problem,
+    fmt_t,
+    markdown,
+    speedup_lines,
+    summarise,
+    tables,
+    targets_table,
+)
 
-METHODS = ("asha+tpe", "random", "optuna")
 METRIC = "val_accuracy"
 
 
@@ -106,6 +112,10 @@ WORKLOADS = {
 
 def search_space(args: argparse.Namespace) -> dict[str, Any]:
     return WORKLOADS[args.workload].space
+
+
+def problem(args: argparse.Namespace) -> Problem:
+    return Problem(WORKLOADS[args.workload].trainable, search_space(args), constants(args))
 
 
 def hpo_spec(method: str, name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -231,171 +241,7 @@ def run_method(method: str, seed: int, tmp: Path, args: argparse.Namespace,
     }
 
 
-# ---------------------------------------------------------------- summary
-
-def fmt_t(res: dict[str, Any]) -> str:
-    t = res["time_to_target_s"]
-    return f"{t:.1f}" if t is not None else f">{res['wall_s']:.0f} (not reached)"
-
-
-def speedups(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int], slow: str,
-             fast: str, key: str) -> tuple[list[str], float | None, int]:
-    """Per-seed ratio time_to_target(slow) / time_to_target(fast); a method that never
-    reached the target counts with its whole wall time, as a bound ('>' or '<')."""
-    texts, exact = [], []
-    if slow not in METHODS or fast not in METHODS:
-        return ["-"] * len(seeds), None, 0
-    for seed in seeds:
-        a, b = runs[(slow, seed)], runs[(fast, seed)]
-        ta, tb = a["ttt"][key], b["ttt"][key]
-        if ta is not None and tb is not None:
-            exact.append(ta / tb)
-            texts.append(f"{ta / tb:.2f}")
-        elif tb is not None:
-            texts.append(f">{a['wall_s'] / tb:.2f}")
-        elif ta is not None:
-            texts.append(f"<{ta / b['wall_s']:.2f}")
-        else:
-            texts.append("n/a")
-    return texts, (statistics.median(exact) if exact else None), len(exact)
-
-
-def summarise(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int],
-              key: str) -> dict[str, Any]:
-    per_method = {}
-    for method in METHODS:
-        rs = [runs[(method, s)] for s in seeds]
-        reached = [r["ttt"][key] for r in rs if r["ttt"][key] is not None]
-        # median over all seeds, a seed that missed counting as +inf
-        all_t = sorted(r["ttt"][key] if r["ttt"][key] is not None else math.inf for r in rs)
-        per_method[method] = {
-            "reached": f"{len(reached)}/{len(rs)}",
-            "median_ttt_s": median(all_t),
-            "median_best": median([r["best"] for r in rs]),
-            "median_wall_s": median([r["wall_s"] for r in rs]),
-            "median_epochs": median([r["epochs_run"] for r in rs]),
-            "median_first_s": median([r["first_result_s"] for r in rs]),
-        }
-    rnd = speedups(runs, seeds, "random", "asha+tpe", key)
-    opt = speedups(runs, seeds, "optuna", "asha+tpe", key)
-    return {"methods": per_method, "random_over_asha": rnd, "optuna_over_asha": opt}
-
-
-def tables(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int],
-           summary: dict[str, Any], args: argparse.Namespace) -> tuple[list, list, list, list]:
-    h1 = ["seed", *[f"{m}: time to {args.target:g} (s)" for m in METHODS],
-          *[f"{m}: best" for m in METHODS], *[f"{m}: wall (s)" for m in METHODS],
-          "random/asha+tpe", "optuna/asha+tpe"]
-    r1 = []
-    for i, seed in enumerate(seeds):
-        r1.append([seed, *[fmt_t(runs[(m, seed)]) for m in METHODS],
-                   *[f"{runs[(m, seed)]['best']:.4f}" for m in METHODS],
-                   *[f"{runs[(m, seed)]['wall_s']:.1f}" for m in METHODS],
-                   summary["random_over_asha"][0][i], summary["optuna_over_asha"][0][i]])
-    h2 = ["method", "reached target", "median time to target", "median best val_accuracy",
-          "median time to first result", "median total wall", "median epochs run"]
-    r2 = []
-    for m in METHODS:
-        s = summary["methods"][m]
-        ttt = s["median_ttt_s"]
-        r2.append([m, s["reached"], f"{ttt:.1f} s" if math.isfinite(ttt) else "not reached",
-                   f"{s['median_best']:.4f}", f"{s['median_first_s']:.1f} s",
-                   f"{s['median_wall_s']:.1f} s",
-                   f"{s['median_epochs']:.0f}"])
-    return h1, r1, h2, r2
-
-
-def speedup_lines(summary: dict[str, Any]) -> list[str]:
-    lines = []
-    for key, label in (("random_over_asha", "random search / ASHA+TPE"),
-                       ("optuna_over_asha", "Optuna native / ASHA+TPE")):
-        _, med, n = summary[key]
-        lines.append(f"{label} time to target: median per-seed ratio "
-                     f"{med:.2f} over {n} seed(s) where both reached it" if med is not None
-                     else f"{label}: no seed where both reached the target")
-    med = {m: st["median_ttt_s"] for m, st in summary["methods"].items()}
-    if "asha+tpe" in med:
-        parts = [f"{label}/ASHA+TPE {med[m] / med['asha+tpe']:.2f}"
-                 for m, label in (("random", "random"), ("optuna", "Optuna")) if m in med]
-        if parts:
-            lines.append(f"ratio of the median times to target: {', '.join(parts)} "
-                         "(>1: ASHA+TPE faster)")
-    return lines
-
-
-def targets_table(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int],
-                  args: argparse.Namespace) -> tuple[list[str], list[list[str]]]:
-    """One row per target: seeds that reached it and median time to it, per method, and the
-    median per-seed ratios against ASHA+TPE (over the seeds where both reached it)."""
-    header = ["target", *[f"{m}: reached, median time" for m in METHODS],
-              "random/asha+tpe", "optuna/asha+tpe"]
-    body = []
-    for target in [args.target, *args.more_targets]:
-        key = f"{target:g}"
-        summary = summarise(runs, seeds, key)
-        row = [key]
-        for m in METHODS:
-            st = summary["methods"][m]
-            ttt = st["median_ttt_s"]
-            row.append(f"{st['reached']}, " + (f"{ttt:.1f} s" if math.isfinite(ttt) else "-"))
-        for name in ("random_over_asha", "optuna_over_asha"):
-            _, med, n = summary[name]
-            row.append(f"{med:.2f} (n={n})" if med is not None else "-")
-        body.append(row)
-    return header, body
-
-
-def markdown(runs: dict[tuple[str, int], dict[str, Any]], seeds: list[int],
-             summary: dict[str, Any], args: argparse.Namespace, argv: list[str], started: str,
-             took_s: float, dropped: int) -> str:
-    h1, r1, h2, r2 = tables(runs, seeds, summary, args)
-    worst_err = max(r["time_error_s"] for r in runs.values())
-    other = max(r["other_cpu_s"] for r in runs.values())
-    space = json.dumps(search_space(args))
-    first = seeds[0]
-    cmds = "\n".join(f"- {m}: `{runs[(m, first)]['cmd']}`" for m in METHODS)
-    return f"""## Search efficiency on `{WORKLOADS[args.workload].trainable}`
-
-Command: `{shlex.join(['python', 'benchmarks/search_efficiency.py', *argv])}` (run {started},
-took {took_s / 60:.1f} min). Machine: {machine()}; {versions()}.
-
-Search space `{space}`, constants `{json.dumps(constants(args))}`; {args.num_samples} trials
-per run, 2 CPUs, 1 CPU per trial (2 at a time), seeds {', '.join(map(str, seeds))}. ASHA:
-max_t {args.epochs}, grace_period 1, reduction_factor {args.reduction_factor}, brackets
-{args.brackets}; TPE with
-10 start-up trials in both hpo and Optuna; Optuna's HyperbandPruner: min_resource 1,
-max_resource {args.epochs}, reduction_factor {args.reduction_factor}. Time to target: from
-starting the process to the first reported epoch with val_accuracy >= {args.target:g}
-(whole process, start-up included); the hpo result times behind these figures are good
-to +-{worst_err:.2f} s or better. `hpo run` keeps the trainable's per-epoch checkpoints
-(hpo's default checkpoint policy); Optuna native writes none. Runs thrown away and run
-again because other processes used more than {args.max_other_cpu:g} CPU s meanwhile:
-{dropped}; the most CPU other processes used during a kept run: {other:.1f} s.
-
-Summary over seeds:
-
-{md_table(h2, r2)}
-
-{chr(10).join('- ' + line for line in speedup_lines(summary))}
-
-The same run scored against other targets (median time over all seeds, a seed that missed
-counting as infinite; ratios: median per-seed time(method) / time(ASHA+TPE), over the n
-seeds where both reached it):
-
-{md_table(*targets_table(runs, seeds, args))}
-
-Per seed (">X (not reached)": the target was not reached in the run's X seconds; a ratio
-with ">"/"<" is a bound from such a run):
-
-{md_table(h1, r1)}
-
-Exact commands for seed {first} (temp paths vary):
-{cmds}
-"""
-
-
 def main() -> None:
-    global METHODS
     parser = argparse.ArgumentParser(
         description="Time to a target accuracy: hpo ASHA+TPE vs hpo random vs Optuna native.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -436,8 +282,8 @@ def main() -> None:
         args.seeds, args.num_samples, args.epochs = 1, 16, min(args.epochs, 10)
     args.more_targets = [float(t) for t in more.split(",") if t.strip()]
     args.brackets = args.brackets or optuna_brackets(args.epochs, args.reduction_factor)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    METHODS = tuple(m for m in METHODS if m in methods)
+    chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
+    methods = tuple(m for m in METHODS if m in chosen)
     seeds = list(range(args.seeds))
 
     env = dict(os.environ)
@@ -452,7 +298,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="hpo-bench-search-"))
     try:
         for i, seed in enumerate(seeds):
-            order = METHODS[i % len(METHODS):] + METHODS[:i % len(METHODS)]  # rotate
+            order = methods[i % len(methods):] + methods[:i % len(methods)]  # rotate
             for method in order:
                 while True:
                     res = run_method(method, seed, tmp, args, env)
@@ -490,8 +336,8 @@ def main() -> None:
             "summary": summary}, indent=2, default=str))
     if args.markdown:
         write_section(args.markdown, workload.section,
-                      markdown(runs, seeds, summary, args, argv, started, took,
-                               len(dropped)))
+                      markdown(runs, seeds, summary, args, problem(args), argv, started,
+                               took, len(dropped)))
         log(f"wrote the {workload.section} section of {args.markdown}")
 
 

@@ -135,6 +135,8 @@ CASES = [
          "scheduler.grace_periode", "grace_periode", ("did you mean 'grace_period'",)),
     Case("unknown-search-key", sub("  seed: 0", "  sed: 0"), "search.sed", "sed",
          ("did you mean 'seed'",)),
+    Case("search-flag-not-a-boolean", sub("  seed: 0", "  seed: 0\n  constant_liar: maybe"),
+         "search.constant_liar", "maybe", ("true or false",)),
     Case("unknown-resources-key", sub("  cpus_per_trial: 1", "  cpus_per_trail: 1"),
          "resources.cpus_per_trail", "cpus_per_trail", ("did you mean 'cpus_per_trial'",)),
     Case("unknown-checkpoint-key", sub("  frequency: 1", "  frequence: 1"),

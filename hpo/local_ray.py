@@ -3,7 +3,8 @@ connection to an already running cluster (a Slurm job's own) by explicit address
 
 Token auth is on with a per-run token in a 0600 file (so other users on a shared login node
 cannot attach), and nothing is written to ~/.ray (which would flip later `ray start`s of the
-same user into token mode). Ray's own log lines go to the experiment's log file.
+same user into token mode). Ray's own log lines go to the experiment's log file. The embedded
+Ray starts without the two helper processes a one-machine run never uses (see _lean_head).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AIR_NEW_OUTPUT")
 
@@ -80,6 +82,28 @@ def _log_ray_to(log_file: Path) -> None:
 
 
 @contextlib.contextmanager
+def _lean_head() -> Iterator[None]:
+    """`ray.init` without the autoscaler monitor (a fixed local node has nothing to scale) and
+    the log monitor (workers' logs stay in files: log_to_driver=False), which cost 1 s before
+    the first result and 2 s a run on 2 cores (docs/benchmarks.md). `ray start` has switches
+    for both (--no-monitor, --include-log-monitor=false); `ray.init` has none, so they are set
+    on the parameters it builds, for this call only."""
+    from ray._private.parameter import RayParams
+
+    original = RayParams.__init__
+
+    def lean(self: RayParams, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self.no_monitor, self.include_log_monitor = True, False
+
+    RayParams.__init__ = lean  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        RayParams.__init__ = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
 def embedded_ray(log_file: Path, num_cpus: int | None = None,
                  num_gpus: int | None = None) -> Iterator[dict[str, float]]:
     """Start a private local Ray, yield its resources, shut it down and remove its files."""
@@ -89,9 +113,11 @@ def embedded_ray(log_file: Path, num_cpus: int | None = None,
     run_dir.chmod(0o700)
     try:
         with token_env(new_token(run_dir)):
-            ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
-                     _temp_dir=str(run_dir), log_to_driver=False,
-                     logging_level=logging.WARNING)
+            with _lean_head():
+                ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                         _temp_dir=str(run_dir), log_to_driver=False,
+                         logging_level=logging.WARNING)
+            run_dir.chmod(0o700)  # Ray makes its temp dirs world-writable (a shared /tmp/ray)
             _log_ray_to(log_file)
             try:
                 yield ray.cluster_resources()

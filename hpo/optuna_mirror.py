@@ -21,7 +21,7 @@ _ID = "ray_trial_id"
 
 
 def mirror_for(spec: Any, source: str, study_name: str) -> list[Any]:
-    """The mirror callback of a fresh run (none without `optuna_storage`), its study opened.
+    """The mirror callback of a fresh run with `optuna_storage`, its study opened.
 
     Opening it here, before Ray starts, turns an unreachable database or a study name that is
     already taken into a one-line error instead of a failure mid-run.
@@ -29,8 +29,6 @@ def mirror_for(spec: Any, source: str, study_name: str) -> list[Any]:
     from hpo.errors import ConfigError
     from hpo.optuna_space import space_to_optuna
 
-    if spec.optuna_storage is None:
-        return []
     mirror = OptunaMirror(spec.optuna_storage, study_name, spec.metric, spec.mode,
                           space_to_optuna(spec.search_space))
     try:

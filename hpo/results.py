@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import yaml
 
 from hpo.errors import ExperimentError
+
+if TYPE_CHECKING:  # pandas takes 0.3 s to import: `hpo run` loads it after Ray has started
+    import pandas as pd
 
 SPEC_FILE = "hpo-spec.yaml"
 
@@ -78,6 +80,8 @@ def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def load_results(exp_dir: str | Path) -> pd.DataFrame:
     """One row per trial, best first: config/*, last_/best_<metric>, iterations, status..."""
+    import pandas as pd
+
     exp_dir = Path(exp_dir).resolve()
     if not exp_dir.is_dir():
         raise ExperimentError(f"{exp_dir}: no such folder. Hint: check the path")
@@ -95,6 +99,8 @@ def load_results(exp_dir: str | Path) -> pd.DataFrame:
 
 def best_config(frame: pd.DataFrame) -> dict[str, Any]:
     """The config of the best trial (first row), nested back as the trainable saw it."""
+    import pandas as pd
+
     if frame.empty or pd.isna(frame.iloc[0][f"best_{frame.attrs['metric']}"]):
         raise ExperimentError("no trial reported the metric yet. Hint: wait for the first "
                               "results, or check the trials' error.txt files")

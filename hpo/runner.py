@@ -7,9 +7,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import yaml
 
 from hpo.distributed import check_backend
@@ -21,6 +20,9 @@ from hpo.schedulers import seeded_scheduler_draws
 from hpo.spec import Spec
 from hpo.trainable import check_findable, load_trainable, with_session
 from hpo.yaml_io import load_spec, spec_from_dict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LOG_FILE = "hpo.log"
 
@@ -147,14 +149,20 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
     if (exp_dir / SPEC_FILE).exists():
         raise ExperimentError(f"{exp_dir}: an experiment already exists here. Hint: "
                               f"`hpo resume {exp_dir}` continues it; --name starts another")
-    from hpo.optuna_mirror import mirror_for
-
-    mirror = mirror_for(spec, source, exp_dir.name)  # a bad optuna_storage fails here
+    mirror = _optuna_mirror(spec, source, exp_dir.name)  # a bad optuna_storage fails here
     exp_dir.mkdir(parents=True, exist_ok=True)
     with _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster) as trainable:
         (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec), sort_keys=False))
         _fit(_tuner(spec, trainable, exp_dir, mirror), spec)
     return _outcome(exp_dir, spec)
+
+
+def _optuna_mirror(spec: Spec, source: str, study_name: str) -> list[Any]:
+    if spec.optuna_storage is None:  # the mirror imports ray.tune: not before Ray starts
+        return []
+    from hpo.optuna_mirror import mirror_for
+
+    return mirror_for(spec, source, study_name)
 
 
 def _portable(spec: Spec) -> dict[str, Any]:

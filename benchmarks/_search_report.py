@@ -41,25 +41,46 @@ def fmt_t(res: dict[str, Any]) -> str:
 
 
 def speedups(runs: Runs, seeds: list[int], slow: str,
-             fast: str, key: str) -> tuple[list[str], float | None, int]:
+             fast: str, key: str) -> tuple[list[str], str | None, int, int]:
     """Per-seed ratio time_to_target(slow) / time_to_target(fast); a method that never
-    reached the target counts with its whole wall time, as a bound ('>' or '<')."""
-    texts, exact = [], []
+    reached the target counts with its whole wall time, as a bound ('>' or '<'). Returns the
+    texts, their median (see censored_median), the seeds it covers, how many are bounds."""
+    texts, ratios = [], []
     if slow not in methods_in(runs) or fast not in methods_in(runs):
-        return ["-"] * len(seeds), None, 0
+        return ["-"] * len(seeds), None, 0, 0
     for seed in seeds:
         a, b = runs[(slow, seed)], runs[(fast, seed)]
         ta, tb = a["ttt"][key], b["ttt"][key]
         if ta is not None and tb is not None:
-            exact.append(ta / tb)
-            texts.append(f"{ta / tb:.2f}")
+            ratios.append(("", ta / tb))
         elif tb is not None:
-            texts.append(f">{a['wall_s'] / tb:.2f}")
+            ratios.append((">", a["wall_s"] / tb))
         elif ta is not None:
-            texts.append(f"<{ta / b['wall_s']:.2f}")
-        else:
-            texts.append("n/a")
-    return texts, (statistics.median(exact) if exact else None), len(exact)
+            ratios.append(("<", ta / b["wall_s"]))
+        reached = ta is not None or tb is not None
+        texts.append(f"{ratios[-1][0]}{ratios[-1][1]:.2f}" if reached else "n/a")
+    bounds = sum(1 for kind, _ in ratios if kind)
+    return texts, censored_median(ratios), len(ratios), bounds
+
+
+def censored_median(ratios: list[tuple[str, float]]) -> str | None:
+    """The median of per-seed ratios of which some are only bounds: ('>', x) where the slower
+    method never reached the target (its ratio is at least x), ('<', x) where the faster one
+    never did. Dropping those seeds would drop exactly the runs one method lost, so a bound
+    sorts past every exact ratio on its side, and a median that lands on one is a bound."""
+    if not ratios:
+        return None
+    side = {"<": -math.inf, ">": math.inf}
+    ordered = sorted(ratios, key=lambda r: side.get(r[0], r[1]))
+    half = len(ordered) // 2
+    middle = ordered[half:half + 1] if len(ordered) % 2 else ordered[half - 1:half + 1]
+    kinds = {kind for kind, _ in middle if kind}
+    if len(kinds) > 1:
+        return None
+    # every '>' ratio is at least the smallest '>' bound (and '<' at most the largest)
+    loose = {k: (min if k == ">" else max)(v for kind, v in ratios if kind == k) for k in kinds}
+    value = statistics.mean(loose[k] if k else v for k, v in middle)
+    return f"{''.join(kinds)}{value:.2f}"
 
 
 def summarise(runs: Runs, seeds: list[int],
@@ -112,10 +133,10 @@ def speedup_lines(summary: dict[str, Any]) -> list[str]:
     lines = []
     for key, label in (("random_over_asha", "random search / ASHA+TPE"),
                        ("optuna_over_asha", "Optuna native / ASHA+TPE")):
-        _, med, n = summary[key]
-        lines.append(f"{label} time to target: median per-seed ratio "
-                     f"{med:.2f} over {n} seed(s) where both reached it" if med is not None
-                     else f"{label}: no seed where both reached the target")
+        _, med, n, bounds = summary[key]
+        lines.append(f"{label} time to target: median per-seed ratio {med} over {n} seed(s), "
+                     f"{bounds} of them bounds (one method missed the target)"
+                     if med is not None else f"{label}: no median (see the seeds)")
     med = {m: st["median_ttt_s"] for m, st in summary["methods"].items()}
     if "asha+tpe" in med:
         parts = [f"{label}/ASHA+TPE {med[m] / med['asha+tpe']:.2f}"
@@ -129,7 +150,7 @@ def speedup_lines(summary: dict[str, Any]) -> list[str]:
 def targets_table(runs: Runs, seeds: list[int],
                   args: argparse.Namespace) -> tuple[list[str], list[list[str]]]:
     """One row per target: seeds that reached it and median time to it, per method, and the
-    median per-seed ratios against ASHA+TPE (over the seeds where both reached it)."""
+    median per-seed ratios against ASHA+TPE (see censored_median)."""
     methods = methods_in(runs)
     header = ["target", *[f"{m}: reached, median time" for m in methods],
               "random/asha+tpe", "optuna/asha+tpe"]
@@ -143,8 +164,8 @@ def targets_table(runs: Runs, seeds: list[int],
             ttt = st["median_ttt_s"]
             row.append(f"{st['reached']}, " + (f"{ttt:.1f} s" if math.isfinite(ttt) else "-"))
         for name in ("random_over_asha", "optuna_over_asha"):
-            _, med, n = summary[name]
-            row.append(f"{med:.2f} (n={n})" if med is not None else "-")
+            _, med, n, bounds = summary[name]
+            row.append(f"{med} (n={n}, {bounds} bounds)" if med is not None else "-")
         body.append(row)
     return header, body
 
@@ -185,8 +206,9 @@ Summary over seeds:
 {chr(10).join('- ' + line for line in speedup_lines(summary))}
 
 The same run scored against other targets (median time over all seeds, a seed that missed
-counting as infinite; ratios: median per-seed time(method) / time(ASHA+TPE), over the n
-seeds where both reached it):
+counting as infinite; ratios: median per-seed time(method) / time(ASHA+TPE) over the n
+seeds where at least one reached it, a seed where one missed counting as a bound, ">X" or
+"<X", from its whole run; a median that lands on a bound is one):
 
 {md_table(*targets_table(runs, seeds, args))}
 

@@ -135,7 +135,11 @@ def startup(tmp: Path, trials: int) -> tuple[list[str], list[list[Any]]]:
     base = per_trial["1 process"]
     for row in table:
         extra = per_trial[row[0]] - base
-        row += [f"{extra:+.2f}", f"{per_trial[row[0]] / base:.2f}"]
+        # A 1-process trial with actor reuse can cost less than this estimator's noise (even
+        # below zero): a ratio to it would mean nothing.
+        ratio = (f"{per_trial[row[0]] / base:.2f}" if base > 0.05
+                 else "n/a (1-process cost in noise)")
+        row += [f"{extra:+.2f}", ratio]
     return ["trial", "s per trial", "extra s", "ratio"], table
 
 

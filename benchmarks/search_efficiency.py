@@ -57,6 +57,7 @@ from benchmarks._common import (  # noqa: E402
 from benchmarks._search_report import (  # noqa: E402
     METHODS,
     Problem,
+    Runs,
     fmt_t,
     markdown,
     speedup_lines,
@@ -247,7 +248,7 @@ def run_method(method: str, seed: int, tmp: Path, args: argparse.Namespace,
     }
 
 
-def main() -> None:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Time to a target accuracy: hpo ASHA+TPE vs hpo random vs Optuna native.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -278,8 +279,10 @@ def main() -> None:
     parser.add_argument("--run-timeout", type=float, default=900.0)
     parser.add_argument("--markdown", type=Path, help="write the section into this file")
     parser.add_argument("--json", type=Path, help="write all measurements here")
-    argv = sys.argv[1:]
-    args = parser.parse_args()
+    parser.add_argument("--from-json", type=Path,
+                        help="measure nothing: print (and with --markdown write) the summary "
+                        "of a run saved with --json; the other options come from that run")
+    args = parser.parse_args(argv)
     workload = WORKLOADS[args.workload]
     args.epochs = args.epochs or workload.epochs
     args.target = args.target or workload.target
@@ -288,22 +291,23 @@ def main() -> None:
         args.seeds, args.num_samples, args.epochs = 1, 16, min(args.epochs, 10)
     args.more_targets = [float(t) for t in more.split(",") if t.strip()]
     args.brackets = args.brackets or optuna_brackets(args.epochs, args.reduction_factor)
+    return args
+
+
+def measure(args: argparse.Namespace) -> tuple[Runs, list[dict[str, Any]]]:
+    """Every method on every seed, order rotating per seed; a disturbed run is repeated."""
     chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
     methods = tuple(m for m in METHODS if m in chosen)
-    seeds = list(range(args.seeds))
-
     env = dict(os.environ)
     env["RAY_AIR_NEW_OUTPUT"] = "0"
     env.pop("RAY_AUTH_MODE", None)
-    started = time.strftime("%Y-%m-%d %H:%M %Z")
-    t0 = time.monotonic()
     log(f"machine: {machine()}; {versions()}")
-    runs: dict[tuple[str, int], dict[str, Any]] = {}
+    runs: Runs = {}
     dropped: list[dict[str, Any]] = []
     retries = args.retries
     tmp = Path(tempfile.mkdtemp(prefix="hpo-bench-search-"))
     try:
-        for i, seed in enumerate(seeds):
+        for i, seed in enumerate(range(args.seeds)):
             order = methods[i % len(methods):] + methods[:i % len(methods)]  # rotate
             for method in order:
                 while True:
@@ -312,19 +316,23 @@ def main() -> None:
                         f"  best {res['best']:.4f}  wall {res['wall_s']:6.1f} s  "
                         f"epochs {res['epochs_run']}  (other processes: "
                         f"{res['other_cpu_s']:.1f} CPU s)")
+                    if res["other_cpu_s"] > args.max_other_cpu and retries > 0:
+                        retries -= 1
+                        log(f"  machine was busy ({res['other_top']}): run again")
+                        dropped.append(res)
+                        continue
                     if res["other_cpu_s"] > args.max_other_cpu:
-                        if retries > 0:
-                            retries -= 1
-                            log(f"  machine was busy ({res['other_top']}): run again")
-                            dropped.append(res)
-                            continue
                         log(f"  machine was busy ({res['other_top']}), no retries left: kept")
                     runs[(method, seed)] = res
                     break
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    took = time.monotonic() - t0
+    return runs, dropped
 
+
+def report(args: argparse.Namespace, saved: dict[str, Any]) -> None:
+    runs = {(r["method"], r["seed"]): r for r in saved["runs"]}
+    seeds = list(range(args.seeds))
     summary = summarise(runs, seeds, f"{args.target:g}")
     h1, r1, h2, r2 = tables(runs, seeds, summary, args)
     print()
@@ -335,16 +343,31 @@ def main() -> None:
         print(line)
     print()
     print(text_table(*targets_table(runs, seeds, args)))
-    print(f"took {took / 60:.1f} min")
-    if args.json:
-        args.json.write_text(json.dumps({
-            "argv": argv, "runs": list(runs.values()), "dropped": dropped,
-            "summary": summary}, indent=2, default=str))
     if args.markdown:
-        write_section(args.markdown, workload.section,
-                      markdown(runs, seeds, summary, args, problem(args), argv, started,
-                               took, len(dropped)))
-        log(f"wrote the {workload.section} section of {args.markdown}")
+        section = WORKLOADS[args.workload].section
+        write_section(args.markdown, section,
+                      markdown(runs, seeds, summary, args, problem(args), saved["argv"],
+                               saved["started"], saved["took_s"], len(saved["dropped"])))
+        log(f"wrote the {section} section of {args.markdown}")
+
+
+def main() -> None:
+    args = parse_args(sys.argv[1:])
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        args = parse_args(saved["argv"])  # the options of the measured run
+        args.markdown = parse_args(sys.argv[1:]).markdown
+        report(args, saved)
+        return
+    started = time.strftime("%Y-%m-%d %H:%M %Z")
+    t0 = time.monotonic()
+    runs, dropped = measure(args)
+    saved = {"argv": sys.argv[1:], "started": started, "took_s": time.monotonic() - t0,
+             "runs": list(runs.values()), "dropped": dropped}
+    log(f"took {saved['took_s'] / 60:.1f} min")
+    if args.json:
+        args.json.write_text(json.dumps(saved, indent=2, default=str))
+    report(args, saved)
 
 
 if __name__ == "__main__":

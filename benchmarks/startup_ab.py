@@ -78,6 +78,9 @@ def measure(args: argparse.Namespace, work: Path) -> tuple[list[dict], int]:
                 pair[side] = one_run(checkout, spec, work / "runs", name)
             if max(p["other_cpu_s"] for p in pair.values()) > args.max_other_cpu:
                 dropped += 1
+                if dropped > args.max_dropped:
+                    raise SystemExit(f"{dropped} pairs disturbed by other processes: the "
+                                     "machine is too busy to measure start-up; try later")
                 log(f"  pair dropped: other processes used {pair['old']['other_cpu_s']:.1f}/"
                     f"{pair['new']['other_cpu_s']:.1f} CPU s")
                 continue
@@ -119,6 +122,7 @@ def main() -> None:
     parser.add_argument("--old", required=True, help="the commit to compare against")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--max-other-cpu", type=float, default=2.0)
+    parser.add_argument("--max-dropped", type=int, default=8)
     parser.add_argument("--markdown", type=Path, help="rewrite the startup section of this file")
     args = parser.parse_args()
     start = time.monotonic()

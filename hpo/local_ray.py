@@ -111,15 +111,17 @@ def embedded_ray(log_file: Path, num_cpus: int | None = None,
 
     run_dir = Path(tempfile.mkdtemp(prefix="hpo-", dir="/tmp"))  # short: AF_UNIX path limit
     run_dir.chmod(0o700)
+    # Ray makes its temp dir world-writable (made for a shared /tmp/ray): give it a child of
+    # the private run dir, so nobody else can enter it at any time.
+    ray_temp = run_dir / "r"
     try:
         with token_env(new_token(run_dir)):
             with _lean_head():
                 ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
-                         _temp_dir=str(run_dir), log_to_driver=False,
+                         _temp_dir=str(ray_temp), log_to_driver=False,
                          logging_level=logging.WARNING)
-            run_dir.chmod(0o700)  # Ray makes its temp dirs world-writable (a shared /tmp/ray)
-            _log_ray_to(log_file)
             try:
+                _log_ray_to(log_file)
                 yield ray.cluster_resources()
             finally:
                 ray.shutdown()

@@ -178,13 +178,13 @@ def resume(experiment_dir: str | Path, *, num_cpus: int | None = None,
            cluster: RayCluster | None = None) -> RunResult:
     """Continue an interrupted experiment: finished trials stay, unfinished ones continue
     from their last checkpoint, errored ones are retried."""
-    from ray import tune
-
     exp_dir = Path(experiment_dir).expanduser().resolve()
     source = str(exp_dir / SPEC_FILE)
     spec = spec_from_dict(saved_spec(exp_dir), source)
     check_findable(spec.trainable, source)
     with _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster) as trainable:
+        from ray import tune  # loaded by the import thread meanwhile
+
         tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
                                    resume_errored=True)
         _fit(tuner, spec)

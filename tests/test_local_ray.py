@@ -36,7 +36,7 @@ def test_embedded_ray_runs_work_without_the_monitors_and_leaves_nothing(tmp_path
     auth_mode = os.environ.get("RAY_AUTH_MODE")
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1) as resources:
         node = ray._private.worker._global_node
-        run_dir = Path(node.get_session_dir_path()).parent  # /tmp/hpo-xxxx/session_...
+        run_dir = Path(node.get_session_dir_path()).parent.parent  # /tmp/hpo-xxxx/r/session_*
         token = Path(os.environ["RAY_AUTH_TOKEN_PATH"])
         started = set(node.all_processes)
         ray_processes = [c for c in _command_lines() if str(run_dir) in c]
@@ -49,7 +49,7 @@ def test_embedded_ray_runs_work_without_the_monitors_and_leaves_nothing(tmp_path
         assert not [c for c in ray_processes if "monitor.py" in c], ray_processes
         assert os.environ["RAY_AUTH_MODE"] == "token"
         assert stat.S_IMODE(token.stat().st_mode) == 0o600
-        assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700  # /tmp/hpo-xxxx
+        assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700  # Ray's own dirs inside: 0777
     assert not run_dir.exists()  # the run's temp dir and token are gone
     assert home_token.exists() == had_home_token
     assert os.environ.get("RAY_AUTH_MODE") == auth_mode

@@ -137,7 +137,7 @@ def test_ray_start_lines() -> None:
     worker = ray_start_args("ray", ip="10.0.0.2", ports=ports, share=share,
                             temp_dir=ray_temp_dir("42"), head_address="10.0.0.1:20000")
     assert {"--head", "--include-dashboard=false", "--port=20000", "--num-cpus=8",
-            "--num-gpus=2", "--node-ip-address=10.0.0.1", "--temp-dir=/tmp/hpo-42",
+            "--num-gpus=2", "--node-ip-address=10.0.0.1", "--temp-dir=/tmp/hpo-42/r",
             "--block"} <= set(head)
     assert "--address=10.0.0.1:20000" in worker and "--head" not in worker
     assert not any(a.startswith(("--port=", "--dashboard-port")) for a in worker)
@@ -145,8 +145,8 @@ def test_ray_start_lines() -> None:
     dashboard = ray_start_args("ray", ip="10.0.0.1", ports=ports, share=share,
                                temp_dir="/tmp/x", dashboard=True)
     assert "--dashboard-host=127.0.0.1" in dashboard
-    assert len("/tmp/hpo-2147483647_1000/session_2026-11-21_11-19-13_717887_18614/sockets/"
-               "plasma_store") < 107
+    socket = "/session_2026-11-21_11-19-13_717887_18614/sockets/plasma_store"
+    assert len(ray_temp_dir("2147483647_1000") + socket) < 107
 
 
 def test_srun_line_runs_one_task_on_the_node() -> None:
@@ -164,7 +164,7 @@ def test_describe_for_doctor() -> None:
     assert info["nodes"] == "2: n1, n2 (head n1)"
     assert info["ray address"] == "127.0.0.1" and info["ray interface"] == "lo"
     assert info["gpus"] == "0" and info["cpus"] == "4"
-    assert info["ray temp dir"] == "/tmp/hpo-9"
+    assert info["ray temp dir"] == "/tmp/hpo-9/r"
     assert describe({})["slurm job"].startswith("none")
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from hpo.cluster.network import node_address
 from hpo.cluster.ports import pick_ports
-from hpo.cluster.render import ray_start_args, ray_temp_dir
+from hpo.cluster.render import node_dir, ray_start_args, ray_temp_dir
 from hpo.cluster.slurm_env import NodeShare, lookup
 
 HEAD_FILE, CONFIG_FILE, TOKEN_FILE, NODES_DIR = "head.json", "config.json", "auth_token", "nodes"
@@ -59,7 +59,7 @@ def start_args(role: str, job_dir: Path, env: dict[str, str]) -> list[str]:
     job_id = lookup(env, "job_id") or "0"
     ports = pick_ports(job_id)
     temp_dir = ray_temp_dir(job_id)
-    Path(temp_dir).mkdir(mode=0o700, exist_ok=True)
+    Path(node_dir(job_id)).mkdir(mode=0o700, exist_ok=True)
     head_address = None
     if role == "head":
         write_json(job_dir / HEAD_FILE, {"address": f"{ip}:{ports.gcs}", "ip": ip})
@@ -118,7 +118,7 @@ def stop_tree(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> Non
 def main(role: str, job_dir: Path) -> int:
     env = dict(os.environ)
     args = start_args(role, job_dir, env)
-    temp_dir = ray_temp_dir(lookup(env, "job_id") or "0")
+    private_dir = node_dir(lookup(env, "job_id") or "0")
     print("+", " ".join(args), flush=True)
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(job_dir / TOKEN_FILE),
                RAY_USAGE_STATS_ENABLED="0")
@@ -137,7 +137,7 @@ def main(role: str, job_dir: Path) -> int:
             return 0
         return ray.returncode
     finally:
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        shutil.rmtree(private_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

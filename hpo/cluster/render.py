@@ -10,9 +10,15 @@ from hpo.cluster.slurm_env import NodeShare
 _HEAD_ONLY = ("--port", "--dashboard-port")
 
 
-def ray_temp_dir(job_id: str) -> str:
-    """Node-local and short: Ray's AF_UNIX socket paths must stay under 107 bytes."""
+def node_dir(job_id: str) -> str:
+    """This job's private (0700) folder on a node, removed when the node's Ray stops."""
     return f"/tmp/hpo-{job_id}"
+
+
+def ray_temp_dir(job_id: str) -> str:
+    """Node-local and short: Ray's AF_UNIX socket paths must stay under 107 bytes. Inside the
+    private node_dir, because Ray makes its temp dir world-writable (made for /tmp/ray)."""
+    return f"{node_dir(job_id)}/r"
 
 
 def ray_start_args(ray: str, *, ip: str, ports: RayPorts, share: NodeShare, temp_dir: str,

@@ -42,25 +42,28 @@ def fmt_t(res: dict[str, Any]) -> str:
 
 def speedups(runs: Runs, seeds: list[int], slow: str,
              fast: str, key: str) -> tuple[list[str], str | None, int, int]:
-    """Per-seed ratio time_to_target(slow) / time_to_target(fast); a method that never
-    reached the target counts with its whole wall time, as a bound ('>' or '<'). Returns the
-    texts, their median (see censored_median), the seeds it covers, how many are bounds."""
-    texts, ratios = [], []
+    """Per-seed ratio time_to_target(slow) / time_to_target(fast) (see _seed_ratio). Returns
+    the texts, their median (see censored_median), the seeds it covers, how many are bounds."""
     if slow not in methods_in(runs) or fast not in methods_in(runs):
         return ["-"] * len(seeds), None, 0, 0
-    for seed in seeds:
-        a, b = runs[(slow, seed)], runs[(fast, seed)]
-        ta, tb = a["ttt"][key], b["ttt"][key]
-        if ta is not None and tb is not None:
-            ratios.append(("", ta / tb))
-        elif tb is not None:
-            ratios.append((">", a["wall_s"] / tb))
-        elif ta is not None:
-            ratios.append(("<", ta / b["wall_s"]))
-        reached = ta is not None or tb is not None
-        texts.append(f"{ratios[-1][0]}{ratios[-1][1]:.2f}" if reached else "n/a")
+    per_seed = [_seed_ratio(runs[(slow, seed)], runs[(fast, seed)], key) for seed in seeds]
+    texts = [f"{r[0]}{r[1]:.2f}" if r else "n/a" for r in per_seed]
+    ratios = [r for r in per_seed if r]
     bounds = sum(1 for kind, _ in ratios if kind)
     return texts, censored_median(ratios), len(ratios), bounds
+
+
+def _seed_ratio(slow: dict[str, Any], fast: dict[str, Any], key: str) -> tuple[str, float] | None:
+    """('', ratio) when both reached the target; a method that never did counts with its whole
+    wall time, as a bound ('>' or '<'); None when neither did."""
+    ts, tf = slow["ttt"][key], fast["ttt"][key]
+    if ts is not None and tf is not None:
+        return "", ts / tf
+    if tf is not None:
+        return ">", slow["wall_s"] / tf
+    if ts is not None:
+        return "<", ts / fast["wall_s"]
+    return None
 
 
 def censored_median(ratios: list[tuple[str, float]]) -> str | None:

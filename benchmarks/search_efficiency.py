@@ -355,8 +355,9 @@ def main() -> None:
     args = parse_args(sys.argv[1:])
     if args.from_json:
         saved = json.loads(args.from_json.read_text())
+        markdown_file = args.markdown
         args = parse_args(saved["argv"])  # the options of the measured run
-        args.markdown = parse_args(sys.argv[1:]).markdown
+        args.markdown = markdown_file
         report(args, saved)
         return
     started = time.strftime("%Y-%m-%d %H:%M %Z")

@@ -13,12 +13,12 @@ import contextlib
 import logging
 import os
 import secrets
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from hpo.run_dir import private_run_dir
 
 _ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AIR_NEW_OUTPUT")
 
@@ -109,24 +109,18 @@ def embedded_ray(log_file: Path, num_cpus: int | None = None,
     """Start a private local Ray, yield its resources, shut it down and remove its files."""
     import ray
 
-    run_dir = Path(tempfile.mkdtemp(prefix="hpo-", dir="/tmp"))  # short: AF_UNIX path limit
-    run_dir.chmod(0o700)
-    # Ray makes its temp dir world-writable (made for a shared /tmp/ray): give it a child of
-    # the private run dir, so nobody else can enter it at any time.
-    ray_temp = run_dir / "r"
-    try:
-        with token_env(new_token(run_dir)):
-            with _lean_head():
-                ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
-                         _temp_dir=str(ray_temp), log_to_driver=False,
-                         logging_level=logging.WARNING)
-            try:
-                _log_ray_to(log_file)
-                yield ray.cluster_resources()
-            finally:
-                ray.shutdown()
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    with private_run_dir() as run_dir, token_env(new_token(run_dir)):
+        with _lean_head():
+            # Ray makes its temp dir world-writable (made for a shared /tmp/ray): give it a
+            # child of the private run dir, so nobody else can enter it at any time.
+            ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                     _temp_dir=str(run_dir / "r"), log_to_driver=False,
+                     logging_level=logging.WARNING)
+        try:
+            _log_ray_to(log_file)
+            yield ray.cluster_resources()
+        finally:
+            ray.shutdown()
 
 
 @contextlib.contextmanager

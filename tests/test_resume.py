@@ -1,8 +1,10 @@
 """`hpo resume` after the driver was SIGKILLed: finished trials are kept as they were,
-unfinished ones continue from their checkpoints, and the total is exactly num_samples."""
+unfinished ones continue from their checkpoints, and the total is exactly num_samples; the
+killed run's /tmp folder is cleared by the next run."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,11 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from conftest import ROOT, hpo_cli
 
 from hpo.errors import ExperimentError
 from hpo.results import load_results
+from hpo.run_dir import OWNER_FILE
 
 SPEC = """
 name: killed
@@ -65,9 +69,14 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for_progress(exp_dir, proc)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver and every Ray process it started
+        left_behind = _run_dir_of(proc.pid)
+        proc.kill()  # the driver alone, as the OOM killer would: Ray's processes follow it
         proc.wait()
+        _wait_until_gone(left_behind)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # whatever is left, on a failure
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert left_behind.exists()  # a killed driver cannot clean up
     before = load_results(exp_dir).set_index("trial_id")
     finished = before[before["status"] == "TERMINATED"]
     interrupted = before[before["status"] == "RUNNING"].index
@@ -85,6 +94,28 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
     # Interrupted trials went on from a checkpoint, not from step 1.
     resumed_at = [_last(after.loc[t, "path"], "resumed_at") for t in interrupted]
     assert resumed_at and all(step > 1 for step in resumed_at), resumed_at
+    assert not left_behind.exists()  # the killed run's Ray files, removed by the resume
+
+
+def _wait_until_gone(run_dir: Path, timeout: float = 60) -> None:
+    """Until no process runs from the killed run's folder (Ray ties its processes to the
+    driver's life: Linux's parent-death signal)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [p for p in psutil.process_iter(["cmdline"])
+                 if str(run_dir) in " ".join(p.info["cmdline"] or [])]
+        if not alive:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"Ray processes outlived the killed driver: {alive}")
+
+
+def _run_dir_of(pid: int) -> Path:
+    """The /tmp folder of the embedded Ray of the driver with this pid."""
+    owned = [owner.parent for owner in Path("/tmp").glob(f"hpo-*/{OWNER_FILE}")
+             if owner.read_text().split()[0] == str(pid)]
+    assert len(owned) == 1, owned
+    return owned[0]
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""The sbatch script of an experiment: a pure render of slurm/hpo-job.sbatch.
+"""The sbatch script of an experiment: a pure render of hpo-job.sbatch (shipped in the package
+next to this module; slurm/hpo-job.sbatch in the repository links to it).
 
 The script asks for one task per node (Ray runs one node process per node), a warning
 signal to the batch shell alone before the time limit (SIGUSR1 reaching Ray's processes
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from hpo.slurm_spec import SlurmSettings
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "slurm" / "hpo-job.sbatch"
+TEMPLATE = Path(__file__).with_name("hpo-job.sbatch")
 
 _REQUEUE_RUN = """\
 # Slurm sends USR1 to this shell alone {seconds} s before the time limit. Pass it on to hpo,

@@ -1,7 +1,9 @@
 """Search efficiency on a real trainable: how soon each method finds a configuration with
 val_accuracy >= a target, and how good its best one is. Workloads (--workload): digits
-(trainables.digits, an MLP on scikit-learn's digits) and images (trainables.images, a CNN on
-noisy synthetic textures, where epochs cost more and few configurations get far).
+(trainables.digits, an MLP on scikit-learn's digits), images (trainables.images, a CNN on
+noisy synthetic textures, where epochs cost more and few configurations get far), and two
+variants of images: images-long (27 epochs a trial) and images-wide (the learning rate over
+6 decades).
 
 Methods (same search space, same 2 CPUs with 2 trials at a time, same number of trials):
   asha+tpe   `hpo run`, scheduler asha + search optuna (TPE), seed s

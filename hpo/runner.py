@@ -107,6 +107,10 @@ def _tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any]
                    *extra_callbacks],
         checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoint.keep),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
+        # A trial's stdout/stderr (Tune's log_to_file) and the files it writes into its
+        # working dir live in Ray's temp dir: copy them into the trial folder when the trial
+        # ends (not at every checkpoint: that sync blocks the trial).
+        sync_config=tune.SyncConfig(sync_artifacts=True, sync_artifacts_on_checkpoint=False),
     )
     return tune.Tuner(trainable, param_space=spec.param_space(), tune_config=tune_config,
                       run_config=run_config)

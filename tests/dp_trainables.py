@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,11 @@ def first_step_weights(batch_size: int) -> np.ndarray:
 
 def one_step(config: dict[str, Any]) -> None:
     """One step; rank 0 saves the parameters to `out`, every rank names its host in
-    `marker_dir` (if given)."""
+    `marker_dir` (if given) and writes a line to stdout, to stderr and to file descriptor 2
+    (as native libraries such as NCCL do)."""
+    print(f"rank {dist.rank()} of {dist.size()}: stdout", flush=True)
+    print(f"rank {dist.rank()} of {dist.size()}: stderr", file=sys.stderr)
+    os.write(2, f"rank {dist.rank()} of {dist.size()}: fd 2\n".encode())
     weights = first_step_weights(config["batch_size"])
     if dist.is_main():
         np.save(config["out"], weights)

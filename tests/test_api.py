@@ -34,6 +34,25 @@ def test_run_returns_dataframe_and_best_config(tmp_path: Path) -> None:
     assert Path(saved["trainable"].split(":")[0]).is_absolute()
 
 
+def test_trial_output_and_files_are_kept_in_the_trial_folder(tmp_path: Path) -> None:
+    """Whatever a trial prints or writes into its working directory outlives the run's
+    temp dir: a trial that ran to its end, and one the stop rule cut (both in one reused
+    worker process)."""
+    spec = {
+        "name": "out", "trainable": "tests/test_trainables.py:chatty",
+        "metric": "score", "mode": "max", "max_concurrent": 1,
+        "search_space": {"x": {"grid": [1, 2]}}, "constants": {"steps": 3},
+        "stop": {"score": 4}, "storage": str(tmp_path),
+    }
+    frame = hpo.run(spec).dataframe.set_index("config/x")
+    assert frame["iterations"].to_dict() == {1: 3, 2: 2}  # x=2 was stopped at score 4
+    for x, trial_dir in frame["path"].items():
+        folder = Path(trial_dir)
+        assert f"stdout of trial x={x}" in (folder / "stdout").read_text()
+        assert f"stderr of trial x={x}" in (folder / "stderr").read_text()
+        assert (folder / "artifact.txt").read_text() == f"x={x}"
+
+
 def test_existing_experiment_is_never_overwritten(tmp_path: Path) -> None:
     (tmp_path / "exists").mkdir()
     (tmp_path / "exists" / "hpo-spec.yaml").write_text("name: exists\n")

@@ -37,6 +37,15 @@ def test_two_ranks_average_gradients_like_one_rank_with_the_global_batch(
         assert result.dataframe.iloc[0]["status"] == "TERMINATED"
         assert (row["ranks"], row["backend"]) == (2, backend) if backend else (1, "none")
         weights[backend] = np.load(out)
+        folder = Path(result.dataframe.iloc[0]["path"])
+        if not backend:  # the trial's own process: Tune's capture
+            assert "rank 0 of 1: stdout" in (folder / "stdout").read_text()
+            assert "rank 0 of 1: stderr" in (folder / "stderr").read_text()
+        else:  # each rank's output is kept in the trial folder
+            for rank in (0, 1):
+                log = (folder / f"rank-{rank}.log").read_text()
+                for stream in ("stdout", "stderr", "fd 2"):
+                    assert f"rank {rank} of 2: {stream}" in log, (backend, rank, log)
     expected = dp_trainables.first_step_weights(32)  # this process: one rank, batch 32
     initial = dp_trainables.initial_weights()
     assert not np.allclose(expected, initial, rtol=1e-3, atol=1e-4)  # the step moved them

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import hpo
@@ -16,6 +18,15 @@ def steady(config: dict[str, Any]) -> None:
         time.sleep(config["sleep"])
         hpo.report({"score": config["x"] * step, "resumed_at": start},
                    checkpoint={"step": step})
+
+
+def chatty(config: dict[str, Any]) -> None:
+    """Prints to stdout and stderr and writes a file into its working directory."""
+    print(f"stdout of trial x={config['x']}", flush=True)
+    print(f"stderr of trial x={config['x']}", file=sys.stderr, flush=True)
+    Path("artifact.txt").write_text(f"x={config['x']}")
+    for step in range(1, config["steps"] + 1):
+        hpo.report({"score": config["x"] * step})
 
 
 def wrong_metric(config: dict[str, Any]) -> None:

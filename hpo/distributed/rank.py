@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +37,9 @@ class ChannelLink:
 
 def run_rank(func: Any, config: dict[str, Any], backend: dist.Backend, channel: Any,
              checkpoint: Files | ray.ObjectRef | None, checkpoint_every: int,
-             threads: int) -> None:
-    """Entry point executed on every rank of a trial."""
+             threads: int, trial_folder: str | None) -> None:
+    """Entry point executed on every rank of a trial; its output goes to
+    `<trial_folder>/rank-<rank>.log`."""
     import torch
 
     torch.set_num_threads(threads)  # one rank per bundle: use its CPUs, not the node's
@@ -42,8 +47,38 @@ def run_rank(func: Any, config: dict[str, Any], backend: dist.Backend, channel: 
     if isinstance(checkpoint, ray.ObjectRef):  # nested in the argument list: not resolved
         checkpoint = ray.get(checkpoint)
     link = ChannelLink(dist.is_main(), channel, checkpoint)
+    log = Path(trial_folder, f"rank-{dist.rank()}.log") if trial_folder else None
     try:
-        with session.trial_session(checkpoint_every, link):
+        with output_to(log), session.trial_session(checkpoint_every, link):
             func(config)
     finally:
         dist.shutdown()
+
+
+@contextlib.contextmanager
+def output_to(log: Path | None) -> Iterator[None]:
+    """This process's stdout and stderr, Python's and native libraries' (Gloo, NCCL), appended
+    to log meanwhile. Tune keeps the output of the trial's own process only, and a rank's
+    process may run on another node: log is in the experiment folder, on a shared file
+    system under Slurm."""
+    if log is None:
+        yield
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    try:
+        with open(log, "ab", buffering=0) as out:
+            os.dup2(out.fileno(), 1)
+            os.dup2(out.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+    finally:
+        for fd in saved:
+            os.close(fd)

@@ -42,11 +42,21 @@ def _run_ranks(func: Trainable, config: dict[str, Any], spec: Distributed,
     try:
         group.start()
         threads = max(1, int(spec.cpus_per_worker))
-        args = [func, config, spec.backend, channel, _restored_files(), checkpoint_every, threads]
+        args = [func, config, spec.backend, channel, _restored_files(), checkpoint_every, threads,
+                _trial_folder()]
         _relay(channel, group.run(run_rank, args), spec.timeout_s)
     finally:  # also on Tune's stop/pause, which ends this thread inside tune.report
         group.shutdown()
         ray.kill(channel)
+
+
+def _trial_folder() -> str | None:
+    """The trial's folder in the experiment folder, where every rank can write (Tune's
+    working dir is local to the trial's node)."""
+    from ray.train._internal.session import get_session
+
+    storage = getattr(get_session(), "storage", None)
+    return storage.trial_fs_path if storage else None
 
 
 def _restored_files() -> ray.ObjectRef | None:

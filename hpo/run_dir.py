@@ -3,43 +3,53 @@ the clean-up of such folders whose run was killed.
 
 A killed driver takes its Ray processes with it (Ray ties them to the driver's life) but
 leaves its folder behind: a few MB of Ray's session logs a run, which pile up on a login node.
-Each folder names its owner (pid and the process's start time, so a reused pid does not count
-as alive); a later run removes the folders of its user whose owner is gone.
+The driver holds a lock on the folder's owner file while it runs; the kernel drops the lock
+when the process ends, however it ends. A later run of the same user removes the folders
+whose owner file it can lock. (A lock, not a pid: pids are reused, start times move with the
+clock, and containers sharing /tmp see other pid namespaces.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
-
 PREFIX = "hpo-"
 OWNER_FILE = "owner"
 
 
-def _started(pid: int) -> float:
-    return psutil.Process(pid).create_time()
-
-
-def _owner_alive(folder: Path) -> bool:
-    """False only when the owner file is readable and its process is gone (or the pid was
-    reused by a younger process); a folder still being set up, or not hpo's, counts as alive."""
+def _owner_gone(folder: Path) -> bool:
+    """True when the owner file exists and nobody holds its lock; a folder still being set up
+    (no owner file yet), or not hpo's, counts as in use."""
     try:
-        pid_text, started_text = (folder / OWNER_FILE).read_text().split()
-        pid, started = int(pid_text), float(started_text)
-    except (OSError, ValueError):
-        return True
-    try:
-        return abs(_started(pid) - started) < 1.0
-    except psutil.NoSuchProcess:
+        fd = os.open(folder / OWNER_FILE, os.O_RDONLY)
+    except OSError:
         return False
-    except psutil.Error:  # e.g. access denied: someone's process is there
-        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # locked: the run is alive
+        return False
+    finally:
+        os.close(fd)  # also drops the lock this check may have taken
+    return True
+
+
+def _remove(folder: Path) -> None:
+    """Everything but the owner file first, so a removal that fails part-way (a file still
+    being written by a dying process) leaves a folder that the next sweep tries again."""
+    for child in folder.iterdir():
+        if child.name != OWNER_FILE:
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    (folder / OWNER_FILE).unlink()
+    folder.rmdir()
 
 
 def remove_stale(parent: Path) -> list[Path]:
@@ -47,23 +57,26 @@ def remove_stale(parent: Path) -> list[Path]:
     removed = []
     for folder in parent.glob(PREFIX + "*"):
         with contextlib.suppress(OSError):
-            if folder.stat().st_uid != os.getuid() or _owner_alive(folder):
-                continue
-            shutil.rmtree(folder)
-            removed.append(folder)
+            if folder.lstat().st_uid == os.getuid() and _owner_gone(folder):
+                _remove(folder)
+                removed.append(folder)
     return removed
 
 
 @contextlib.contextmanager
 def private_run_dir(parent: Path = Path("/tmp")) -> Iterator[Path]:
     """A fresh 0700 folder under parent (short: AF_UNIX socket paths are limited to 107
-    bytes), owned by this process, removed afterwards; stale ones are cleared first."""
+    bytes), locked by this process while it exists, removed afterwards; stale ones are
+    cleared first."""
     remove_stale(parent)
     run_dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))  # mkdtemp: 0700
+    owner = run_dir / (OWNER_FILE + ".new")
+    fd = os.open(owner, os.O_WRONLY | os.O_CREAT, 0o600)  # not inherited by subprocesses
     try:
-        owner = run_dir / (OWNER_FILE + ".new")
-        owner.write_text(f"{os.getpid()} {_started(os.getpid())!r}")
-        owner.rename(run_dir / OWNER_FILE)  # whole or absent for a concurrent sweep
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, f"{os.getpid()}\n".encode())  # for people; the lock is what counts
+        owner.rename(run_dir / OWNER_FILE)  # appears locked to a concurrent sweep
         yield run_dir
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+        os.close(fd)

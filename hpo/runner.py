@@ -108,8 +108,9 @@ def _tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any]
         checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoint.keep),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
         # A trial's stdout/stderr (Tune's log_to_file) and the files it writes into its
-        # working dir live in Ray's temp dir: copy them into the trial folder when the trial
-        # ends (not at every checkpoint: that sync blocks the trial).
+        # working dir live in Ray's temp dir, deleted after the run: copy them into the trial
+        # folder (in the background after the first result and every 5 min, blocking when
+        # the trial ends), but not at every checkpoint: that copy would block the trial.
         sync_config=tune.SyncConfig(sync_artifacts=True, sync_artifacts_on_checkpoint=False),
     )
     return tune.Tuner(trainable, param_space=spec.param_space(), tune_config=tune_config,

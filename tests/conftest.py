@@ -33,3 +33,14 @@ def trial_rows(exp_dir: Path) -> dict[str, list[dict]]:
                              if line.strip()]
         for result in sorted(exp_dir.glob("*/result.json"))
     }
+
+
+def command_lines() -> list[str]:
+    """The command line of every process on this machine, read from /proc."""
+    lines = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            lines.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:  # the process ended meanwhile
+            continue
+    return lines

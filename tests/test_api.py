@@ -36,12 +36,12 @@ def test_run_returns_dataframe_and_best_config(tmp_path: Path) -> None:
 
 def test_trial_output_and_files_are_kept_in_the_trial_folder(tmp_path: Path) -> None:
     """Whatever a trial prints or writes into its working directory outlives the run's
-    temp dir: a trial that ran to its end, and one the stop rule cut (both in one reused
-    worker process)."""
+    temp dir: a trial the stop rule cut, then one that ran to its end in the same reused
+    worker process, with a last line printed and not flushed."""
     spec = {
         "name": "out", "trainable": "tests/test_trainables.py:chatty",
         "metric": "score", "mode": "max", "max_concurrent": 1,
-        "search_space": {"x": {"grid": [1, 2]}}, "constants": {"steps": 3},
+        "search_space": {"x": {"grid": [2, 1]}}, "constants": {"steps": 3},
         "stop": {"score": 4}, "storage": str(tmp_path),
     }
     frame = hpo.run(spec).dataframe.set_index("config/x")
@@ -51,6 +51,7 @@ def test_trial_output_and_files_are_kept_in_the_trial_folder(tmp_path: Path) -> 
         assert f"stdout of trial x={x}" in (folder / "stdout").read_text()
         assert f"stderr of trial x={x}" in (folder / "stderr").read_text()
         assert (folder / "artifact.txt").read_text() == f"x={x}"
+    assert "done x=1" in Path(frame.loc[1, "path"], "stdout").read_text()
 
 
 def test_existing_experiment_is_never_overwritten(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ def test_two_ranks_average_gradients_like_one_rank_with_the_global_batch(
         result = hpo.run(spec, num_cpus=2)
         ((row,),) = trial_rows(result.path).values()
         assert result.dataframe.iloc[0]["status"] == "TERMINATED"
-        assert (row["ranks"], row["backend"]) == (2, backend) if backend else (1, "none")
+        assert (row["ranks"], row["backend"]) == ((2, backend) if backend else (1, "none"))
         weights[backend] = np.load(out)
         folder = Path(result.dataframe.iloc[0]["path"])
         if not backend:  # the trial's own process: Tune's capture

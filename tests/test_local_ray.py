@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 import ray
+from conftest import command_lines
 from ray._private import ray_constants
 from ray._private.parameter import RayParams
 
@@ -18,16 +19,6 @@ from hpo.local_ray import embedded_ray
 
 HELPERS_NOT_STARTED = (ray_constants.PROCESS_TYPE_MONITOR,
                        ray_constants.PROCESS_TYPE_LOG_MONITOR)
-
-
-def _command_lines() -> list[str]:
-    lines = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            lines.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except OSError:  # the process ended meanwhile
-            continue
-    return lines
 
 
 def test_embedded_ray_runs_work_without_the_monitors_and_leaves_nothing(tmp_path: Path) -> None:
@@ -39,7 +30,7 @@ def test_embedded_ray_runs_work_without_the_monitors_and_leaves_nothing(tmp_path
         run_dir = Path(node.get_session_dir_path()).parent.parent  # /tmp/hpo-xxxx/r/session_*
         token = Path(os.environ["RAY_AUTH_TOKEN_PATH"])
         started = set(node.all_processes)
-        ray_processes = [c for c in _command_lines() if str(run_dir) in c]
+        ray_processes = [c for c in command_lines() if str(run_dir) in c]
         answer = ray.get(ray.remote(lambda: 41 + 1).remote())
 
         assert resources["CPU"] == 1.0

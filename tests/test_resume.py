@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
-from conftest import ROOT, hpo_cli
+from conftest import ROOT, command_lines, hpo_cli
 
 from hpo.errors import ExperimentError
 from hpo.results import load_results
@@ -102,8 +101,7 @@ def _wait_until_gone(run_dir: Path, timeout: float = 60) -> None:
     driver's life: Linux's parent-death signal)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive = [p for p in psutil.process_iter(["cmdline"])
-                 if str(run_dir) in " ".join(p.info["cmdline"] or [])]
+        alive = [line for line in command_lines() if str(run_dir) in line]
         if not alive:
             return
         time.sleep(0.2)
@@ -132,6 +130,17 @@ def test_ctrl_c_stops_with_a_resume_hint(tmp_path: Path) -> None:
     last = stderr.strip().splitlines()[-1]
     assert "trial(s) unfinished" in last and f"hpo resume {exp_dir}" in last
     assert "Traceback" not in stderr
+    interrupted = load_results(exp_dir).query("status == 'RUNNING'")["path"].tolist()
+
+    done = hpo_cli("resume", str(exp_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    # The output of both parts of an interrupted trial is kept: the resumed part ran in a
+    # fresh working dir, whose copy would have replaced the first part's.
+    assert interrupted
+    for trial_dir in map(Path, interrupted):
+        first = (trial_dir / "stdout.1").read_text()
+        assert "step 1\n" in first and "step 8\n" not in first
+        assert "step 8\n" in (trial_dir / "stdout").read_text()
 
 
 def _last(trial_dir: str, key: str) -> int:

@@ -1,63 +1,69 @@
-"""hpo's private /tmp folder of an embedded run (hpo/run_dir.py): 0700, named after its
-owner, removed afterwards; a later run removes the folders of runs that were killed, and
-only those. The owners are real processes."""
+"""hpo's private /tmp folder of an embedded run (hpo/run_dir.py): 0700, locked by its run,
+removed afterwards; a later run removes the folders of runs that were killed, and only those.
+The owners are real processes holding real locks."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
-
-import psutil
 
 from hpo.run_dir import OWNER_FILE, private_run_dir, remove_stale
 
+HOLD_LOCK = ("import fcntl, sys, time; f = open(sys.argv[1]); fcntl.flock(f, fcntl.LOCK_EX); "
+             "print('locked', flush=True); time.sleep(600)")
 
-def _folder(parent: Path, name: str, owner: str | None) -> Path:
+
+def _folder(parent: Path, name: str, with_owner: bool = True) -> Path:
     folder = parent / name
     (folder / "r" / "session_x" / "logs").mkdir(parents=True)
     (folder / "r" / "session_x" / "logs" / "raylet.out").write_text("log")
-    if owner is not None:
-        (folder / OWNER_FILE).write_text(owner)
+    if with_owner:
+        (folder / OWNER_FILE).write_text("12345\n")
     return folder
 
 
-def _ended_process() -> str:
-    """The owner line of a process that has exited."""
-    proc = subprocess.Popen(["sleep", "60"])
-    line = f"{proc.pid} {psutil.Process(proc.pid).create_time()!r}"
-    proc.kill()
-    proc.wait()
-    return line
+def _lock_held_by_another_process(folder: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(folder / OWNER_FILE)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "locked\n"
+    return proc
 
 
 def test_only_folders_of_ended_runs_are_removed(tmp_path: Path) -> None:
-    me = psutil.Process()
-    killed = _folder(tmp_path, "hpo-killed", _ended_process())
-    reused = _folder(tmp_path, "hpo-reused", f"{me.pid} {me.create_time() - 100!r}")
-    alive = _folder(tmp_path, "hpo-alive", f"{me.pid} {me.create_time()!r}")
-    starting = _folder(tmp_path, "hpo-starting", None)  # owner file not written yet
-    garbled = _folder(tmp_path, "hpo-garbled", "12")
-    other_user = _folder(tmp_path, "hpo-other", _ended_process())
-    os.chown(other_user, 65534, 65534)
-    not_hpo = _folder(tmp_path, "ray-killed", _ended_process())
+    killed = _folder(tmp_path, "hpo-killed")  # its owner died: nobody holds the lock
+    alive = _folder(tmp_path, "hpo-alive")
+    starting = _folder(tmp_path, "hpo-starting", with_owner=False)
+    not_hpo = _folder(tmp_path, "ray-killed")
+    others = [_folder(tmp_path, "hpo-other-user")] if os.geteuid() == 0 else []
+    for folder in others:
+        os.chown(folder, 65534, 65534)
+    owner = _lock_held_by_another_process(alive)
+    try:
+        removed = remove_stale(tmp_path)
+        assert removed == [killed] and not killed.exists()
+        for kept in (alive, starting, not_hpo, *others):
+            assert (kept / "r" / "session_x" / "logs" / "raylet.out").exists(), kept
+    finally:
+        owner.kill()
+        owner.wait()
+    assert remove_stale(tmp_path) == [alive]  # its owner has ended since
 
-    removed = remove_stale(tmp_path)
 
-    assert sorted(removed) == sorted([killed, reused])
-    assert not killed.exists() and not reused.exists()
-    for kept in (alive, starting, garbled, other_user, not_hpo):
-        assert (kept / "r" / "session_x" / "logs" / "raylet.out").exists(), kept
-
-
-def test_private_run_dir_is_owned_private_and_removed(tmp_path: Path) -> None:
-    stale = _folder(tmp_path, "hpo-stale", _ended_process())
+def test_private_run_dir_is_locked_private_and_removed(tmp_path: Path) -> None:
+    stale = _folder(tmp_path, "hpo-stale")
     with private_run_dir(tmp_path) as run_dir:
         assert not stale.exists()
         assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
-        pid, started = (run_dir / OWNER_FILE).read_text().split()
-        assert int(pid) == os.getpid()
-        assert float(started) == psutil.Process().create_time()
+        assert (run_dir / OWNER_FILE).read_text() == f"{os.getpid()}\n"
         assert remove_stale(tmp_path) == []  # its own run is alive
+        with open(run_dir / OWNER_FILE) as other:  # another open file: the lock conflicts
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                raise AssertionError("the run's owner file is not locked")
+            except BlockingIOError:
+                pass
     assert not run_dir.exists()

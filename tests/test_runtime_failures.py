@@ -43,3 +43,6 @@ def test_failing_trials_are_reported_with_their_cause(tmp_path: Path) -> None:
     assert line.startswith("error: 2 trial(s) failed after their retries.")
     assert "RuntimeError: boom in the trainable" in line
     assert "ERROR" in stdout  # the results table still shows what ran
+    # What a failed trial printed last is kept in its folder, though it was never flushed.
+    kept = [path.read_text() for path in (tmp_path / "results" / "crashes").glob("*/stdout")]
+    assert len(kept) == 2 and all("about to fail" in text for text in kept), kept

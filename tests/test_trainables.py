@@ -16,17 +16,20 @@ def steady(config: dict[str, Any]) -> None:
     start = state["step"] + 1 if state else 1
     for step in range(start, config["steps"] + 1):
         time.sleep(config["sleep"])
+        print(f"step {step}", flush=True)
         hpo.report({"score": config["x"] * step, "resumed_at": start},
                    checkpoint={"step": step})
 
 
 def chatty(config: dict[str, Any]) -> None:
-    """Prints to stdout and stderr and writes a file into its working directory."""
+    """Prints to stdout and stderr, writes a file into its working directory, and prints a
+    last line without flushing after its last report."""
     print(f"stdout of trial x={config['x']}", flush=True)
     print(f"stderr of trial x={config['x']}", file=sys.stderr, flush=True)
     Path("artifact.txt").write_text(f"x={config['x']}")
     for step in range(1, config["steps"] + 1):
         hpo.report({"score": config["x"] * step})
+    print(f"done x={config['x']}")
 
 
 def wrong_metric(config: dict[str, Any]) -> None:
@@ -40,8 +43,9 @@ def silent(config: dict[str, Any]) -> None:
 
 
 def crashes(config: dict[str, Any]) -> None:
-    """Reports once, then fails."""
+    """Reports once, prints a line without flushing it, then fails."""
     hpo.report({"score": 1.0})
+    print("about to fail")
     raise RuntimeError("boom in the trainable")
 
 

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import ray
 
@@ -60,25 +60,32 @@ def output_to(log: Path | None) -> Iterator[None]:
     """This process's stdout and stderr, Python's and native libraries' (Gloo, NCCL), appended
     to log meanwhile. Tune keeps the output of the trial's own process only, and a rank's
     process may run on another node: log is in the experiment folder, on a shared file
-    system under Slurm."""
-    if log is None:
+    system under Slurm. A log that cannot be written costs the output, not the trial."""
+    out = _open_log(log) if log else None
+    if out is None:
         yield
         return
-    log.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
     try:
-        with open(log, "ab", buffering=0) as out:
-            os.dup2(out.fileno(), 1)
-            os.dup2(out.fileno(), 2)
-            try:
-                yield
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os.dup2(saved[0], 1)
-                os.dup2(saved[1], 2)
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+        yield
     finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
         for fd in saved:
             os.close(fd)
+        out.close()
+
+
+def _open_log(log: Path) -> BinaryIO | None:
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        return open(log, "ab", buffering=0)  # noqa: SIM115 (closed by output_to)
+    except OSError as exc:
+        print(f"hpo: this rank's output stays in Ray's worker log: {exc}", file=sys.stderr)
+        return None

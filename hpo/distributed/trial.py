@@ -13,7 +13,7 @@ from hpo.distributed.channel import Files, ReportChannel, pack_folder, unpack_fo
 from hpo.distributed.groups import rank_group
 from hpo.distributed.rank import run_rank
 from hpo.spec import Distributed
-from hpo.trainable import Trainable
+from hpo.trainable import Trainable, trial_folder
 
 
 class RankFailure(RuntimeError):
@@ -43,20 +43,11 @@ def _run_ranks(func: Trainable, config: dict[str, Any], spec: Distributed,
         group.start()
         threads = max(1, int(spec.cpus_per_worker))
         args = [func, config, spec.backend, channel, _restored_files(), checkpoint_every, threads,
-                _trial_folder()]
+                trial_folder()]
         _relay(channel, group.run(run_rank, args), spec.timeout_s)
     finally:  # also on Tune's stop/pause, which ends this thread inside tune.report
         group.shutdown()
         ray.kill(channel)
-
-
-def _trial_folder() -> str | None:
-    """The trial's folder in the experiment folder, where every rank can write (Tune's
-    working dir is local to the trial's node)."""
-    from ray.train._internal.session import get_session
-
-    storage = getattr(get_session(), "storage", None)
-    return storage.trial_fs_path if storage else None
 
 
 def _restored_files() -> ray.ObjectRef | None:

@@ -183,7 +183,7 @@ def markdown(runs: Runs, seeds: list[int],
     space = json.dumps(problem.space)
     first = seeds[0]
     cmds = "\n".join(f"- {m}: `{runs[(m, first)]['cmd']}`" for m in methods)
-    return f"""## Search efficiency on `{problem.trainable}`
+    return f"""## Search efficiency: `{args.workload}` (`{problem.trainable}`)
 
 Command: `{shlex.join(['python', 'benchmarks/search_efficiency.py', *argv])}` (run {started},
 took {took_s / 60:.1f} min). Machine: {machine()}; {versions()}.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,12 +22,24 @@ if TYPE_CHECKING:  # pandas takes 0.3 s to import: `hpo run` loads it after Ray 
 SPEC_FILE = "hpo-spec.yaml"
 
 
-def _snapshot(exp_dir: Path) -> dict[str, Any]:
-    states = sorted(exp_dir.glob("experiment_state-*.json"))
-    if not states:
-        raise ExperimentError(f"{exp_dir}: not an experiment folder (no experiment_state-*.json)."
-                              " Hint: pass <storage>/<name> of an `hpo run`")
-    return json.loads(states[-1].read_text())
+def _snapshot(exp_dir: Path, timeout_s: float = 5.0) -> dict[str, Any]:
+    """Tune's latest experiment snapshot. While a run goes, Tune copies it into the folder in
+    place, so a read can find it empty or cut short: read again until it is whole."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = sorted(exp_dir.glob("experiment_state-*.json"))
+        if not states:
+            raise ExperimentError(f"{exp_dir}: not an experiment folder (no "
+                                  "experiment_state-*.json). Hint: pass <storage>/<name> of an "
+                                  "`hpo run`")
+        try:
+            return json.loads(states[-1].read_text())
+        except ValueError:
+            if time.monotonic() > deadline:
+                raise ExperimentError(f"{states[-1]}: not valid JSON for {timeout_s:g} s. Hint: "
+                                      "the file is damaged; an older experiment_state-*.json "
+                                      "may still be whole") from None
+            time.sleep(0.05)
 
 
 def saved_spec(exp_dir: Path) -> dict[str, Any]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +14,7 @@ from typer.testing import CliRunner
 
 import hpo
 from hpo.cli import app
+from hpo.results import _snapshot, load_results
 
 runner = CliRunner()
 
@@ -80,3 +83,28 @@ def test_not_an_experiment(tmp_path: Path, args: list[str], expected: str) -> No
 def test_parquet_needs_a_file(experiment: Path) -> None:
     done = runner.invoke(app, ["results", str(experiment), "--format", "parquet"])
     assert done.exit_code == 2 and "needs -o FILE" in done.stderr
+
+
+@pytest.mark.slow
+def test_results_wait_for_a_snapshot_being_written(experiment: Path, tmp_path: Path) -> None:
+    """While a run goes, Tune copies its snapshot into the folder in place: a reader may find
+    it empty for a moment, and must read it again rather than fail."""
+    copy = tmp_path / "small"
+    shutil.copytree(experiment, copy)
+    (state,) = copy.glob("experiment_state-*.json")
+    whole = state.read_text()
+    state.write_text("")  # the copy has begun
+    writer = threading.Timer(0.5, state.write_text, args=(whole,))
+    writer.start()
+    try:
+        frame = load_results(copy)
+    finally:
+        writer.join()
+    assert len(frame) == 3
+
+
+def test_a_damaged_snapshot_is_an_error_that_names_it(tmp_path: Path) -> None:
+    state = tmp_path / "experiment_state-2026-01-01_00-00-00.json"
+    state.write_text('{"trial_data": [')
+    with pytest.raises(hpo.ExperimentError, match="not valid JSON for 0.2 s"):
+        _snapshot(tmp_path, timeout_s=0.2)

@@ -43,16 +43,19 @@ def run_rank(func: Any, config: dict[str, Any], backend: dist.Backend, channel: 
     import torch
 
     torch.set_num_threads(threads)  # one rank per bundle: use its CPUs, not the node's
-    dist.init(backend)
-    if isinstance(checkpoint, ray.ObjectRef):  # nested in the argument list: not resolved
-        checkpoint = ray.get(checkpoint)
-    link = ChannelLink(dist.is_main(), channel, checkpoint)
-    log = Path(trial_folder, f"rank-{dist.rank()}.log") if trial_folder else None
-    try:
-        with output_to(log), session.trial_session(checkpoint_every, link):
-            func(config)
-    finally:
-        dist.shutdown()
+    # The rank is in the environment before init (Horovod's RayExecutor, or DdpGroup), so
+    # the backend's own start-up lines reach the log too.
+    rank = os.environ["HOROVOD_RANK" if backend == "horovod" else "RANK"]
+    with output_to(Path(trial_folder, f"rank-{rank}.log") if trial_folder else None):
+        dist.init(backend)
+        try:
+            if isinstance(checkpoint, ray.ObjectRef):  # nested in the arguments: not resolved
+                checkpoint = ray.get(checkpoint)
+            link = ChannelLink(dist.is_main(), channel, checkpoint)
+            with session.trial_session(checkpoint_every, link):
+                func(config)
+        finally:
+            dist.shutdown()
 
 
 @contextlib.contextmanager

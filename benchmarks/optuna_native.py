@@ -91,8 +91,8 @@ def main() -> None:
     import optuna
     import torch
 
+    from hpo.driver.trainable import load_trainable
     from hpo.session import trial_session
-    from hpo.trainable import load_trainable
 
     train = load_trainable(args.trainable)
     torch.set_num_threads(1)  # one thread per trial, as Ray gives each 1-CPU worker

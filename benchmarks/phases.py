@@ -76,24 +76,24 @@ def child(side: str, rest: list[str], out: Path) -> None:
     if side == "hpo":
         import hpo.cli
         mark("hpo.cli imported")
-        import hpo.runner
-        mark("hpo.runner imported (pandas, yaml, pydantic)")
+        import hpo.driver.runner
+        mark("hpo.driver.runner imported (pandas, yaml, pydantic)")
         import ray
         from ray import tune
         mark("ray + ray.tune imported")
-        import hpo.local_ray
-        import hpo.progress
+        import hpo.driver.progress
+        import hpo.driver.ray_session
         import hpo.session
 
-        wrap(hpo.runner, "_trainable", "load trainable + with_resources")
+        wrap(hpo.driver.runner, "_trainable", "load trainable + with_resources")
         wrap(ray, "init", "ray.init")
         wrap(ray, "shutdown", "ray.shutdown")
-        wrap(hpo.local_ray, "_reload_ray_auth_settings", "reload auth settings")
+        wrap(hpo.driver.ray_session, "_reload_ray_auth_settings", "reload auth settings")
         wrap(tune.Tuner, "fit", "Tuner.fit")
-        wrap(hpo.runner, "_outcome", "load results (pandas)")
+        wrap(hpo.driver.runner, "_outcome", "load results (pandas)")
         wrap(hpo.cli, "_finish", "print table")
         for name in ("on_trial_result", "on_step_end", "setup", "on_experiment_end"):
-            wrap(hpo.progress.LiveProgress, name, f"LiveProgress.{name}", span=False)
+            wrap(hpo.driver.progress.LiveProgress, name, f"LiveProgress.{name}", span=False)
         sys.argv = ["hpo", *rest]
         try:
             hpo.cli.main()

@@ -1,6 +1,7 @@
 """Start-up A/B: this checkout's `hpo run` against an older commit's, alternating, on the
 same 2-trial, 2-epoch images spec (trainables.images through benchmarks/timed_images.py).
-Per run: the whole wall time and the time from the process start to the first result.
+Per run: the whole wall time and the time from the process start to the first result;
+and the time `hpo --help` takes.
 
     python benchmarks/startup_ab.py --old fe2f168 --rounds 8 --markdown docs/benchmarks.md
 """
@@ -39,8 +40,8 @@ num_samples: 2
 max_concurrent: 2
 search_space:
   lr: {{loguniform: [1.0e-3, 1.0]}}
-constants: {{epochs: 2, noise: 2.0, train_size: 2048, val_size: 1024, lr_scaling: none,
-             momentum: 0.9, weight_decay: 0.0, batch_size: 128, width: 8}}
+constants: {{epochs: 2, noise: 2.0, train_size: 2048, val_size: 1024, momentum: 0.9,
+             weight_decay: 0.0, batch_size: 128, width: 8}}
 scheduler: {{type: asha, max_t: 12, grace_period: 1, reduction_factor: 3}}
 search: {{type: optuna, seed: 0}}
 resources: {{cpus_per_trial: 1}}
@@ -56,8 +57,11 @@ def one_run(checkout: Path, spec: Path, storage: Path, name: str) -> dict[str, f
              for line in f.read_text().splitlines() if line.strip()]
     if timed.returncode or not walls:
         raise SystemExit(f"{name} failed (rc {timed.returncode}):\n{timed.stderr[-2000:]}")
+    helped = run_timed([sys.executable, "-m", "hpo", "--help"], cwd=checkout, timeout_s=60)
+    if helped.returncode:
+        raise SystemExit(f"hpo --help failed in {checkout}:\n{helped.stderr[-2000:]}")
     return {"wall_s": timed.wall_s, "first_result_s": min(walls) - timed.start_epoch,
-            "other_cpu_s": timed.other_cpu_s}
+            "help_s": helped.wall_s, "other_cpu_s": timed.other_cpu_s + helped.other_cpu_s}
 
 
 def measure(args: argparse.Namespace, work: Path) -> tuple[list[dict], int]:
@@ -96,7 +100,8 @@ def measure(args: argparse.Namespace, work: Path) -> tuple[list[dict], int]:
 
 def report(args: argparse.Namespace, pairs: list[dict], dropped: int, took_s: float) -> str:
     rows = []
-    for key, label in (("first_result_s", "first result"), ("wall_s", "whole run")):
+    for key, label in (("first_result_s", "first result"), ("wall_s", "whole run"),
+                       ("help_s", "`hpo --help` exits")):
         old = [p["old"][key] for p in pairs]
         new = [p["new"][key] for p in pairs]
         ratios = [p["new"][key] / p["old"][key] for p in pairs]

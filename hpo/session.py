@@ -13,17 +13,18 @@ import pickle
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+Trainable = Callable[[dict[str, Any]], Any]  # what `trainable:` names: f(config)
 _STATE_PT, _STATE_PKL, _DIR, _ITER = "hpo_state.pt", "hpo_state.pkl", "hpo_dir", "hpo_iteration"
 
 
 class RankLink(Protocol):
-    """How a data-parallel rank reaches its trial (see hpo.distributed.rank)."""
+    """How a data-parallel rank reaches its trial (see hpo.ranks.rank)."""
 
     main: bool  # rank 0: the only rank whose reports reach the scheduler
 
@@ -160,3 +161,16 @@ def _load_state(folder: Path) -> Any:
         return torch.load(folder / _STATE_PT, weights_only=False)
     with open(folder / _STATE_PKL, "rb") as file:
         return pickle.load(file)
+
+
+def tune_storage() -> Any:
+    """Ray Tune's storage context of the trial running in this process (None outside Tune)."""
+    from ray.train._internal.session import get_session
+
+    return getattr(get_session(), "storage", None)
+
+
+def trial_folder() -> str | None:
+    """The running trial's folder in the experiment folder (None outside Tune)."""
+    storage = tune_storage()
+    return storage.trial_fs_path if storage else None

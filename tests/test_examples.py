@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from conftest import ROOT, hpo_cli
 
-from hpo.plan import trial_count
-from hpo.yaml_io import load_spec
+from hpo.spec.load import load_spec
+from hpo.spec.plan import trial_count
 
 EXAMPLES = sorted((ROOT / "search_spaces").glob("*.yaml"))
 # Shrink the demos for CI, keeping each scheduler's behaviour (PBT still perturbs).

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 import hpo
 from hpo.cli import app
-from hpo.optuna_storage import open_storage
+from hpo.optuna.storage import open_storage
 from hpo.reporting.data import PBT_LOG, load_experiment
 from hpo.results import load_results, trial_results
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from conftest import ROOT, command_lines, hpo_cli
 
+from hpo.driver.run_dir import OWNER_FILE
 from hpo.errors import ExperimentError
 from hpo.results import load_results
-from hpo.run_dir import OWNER_FILE
 
 SPEC = """
 name: killed

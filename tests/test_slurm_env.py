@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from hpo.cluster import describe
+from hpo.cluster import node_report
 from hpo.cluster.ports import BLOCK, BLOCKS, FIRST_PORT, RayPorts, first_block, pick_ports
 from hpo.cluster.render import ray_start_args, ray_temp_dir, srun_args
 from hpo.cluster.slurm_env import (
@@ -157,15 +157,15 @@ def test_srun_line_runs_one_task_on_the_node() -> None:
     assert args[-5:] == ["/venv/bin/python", "-m", "hpo.cluster.node", "worker", "/jobs/1"]
 
 
-def test_describe_for_doctor() -> None:
-    info = describe({"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "n[1-2]",
+def test_node_report_for_doctor() -> None:
+    info = node_report({"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "n[1-2]",
                      "SLURM_CPUS_ON_NODE": "4", "SLURM_JOB_GPUS": "0"}, interface="lo")
     assert info["slurm job"].startswith("9")
     assert info["nodes"] == "2: n1, n2 (head n1)"
     assert info["ray address"] == "127.0.0.1" and info["ray interface"] == "lo"
     assert info["gpus"] == "0" and info["cpus"] == "4"
     assert info["ray temp dir"] == "/tmp/hpo-9/r"
-    assert describe({})["slurm job"].startswith("none")
+    assert node_report({})["slurm job"].startswith("none")
 
 
 @pytest.mark.parametrize(("limit", "seconds"), [
@@ -173,7 +173,7 @@ def test_describe_for_doctor() -> None:
     ("1-02:30", 95400), ("2-00:00:10", 172810),
 ])
 def test_slurm_time_limits(limit: str, seconds: int) -> None:
-    from hpo.slurm_spec import time_seconds
+    from hpo.spec.slurm import time_seconds
 
     assert time_seconds(limit) == seconds
 
@@ -183,7 +183,7 @@ def test_cluster_side_never_imports_ray_tune() -> None:
     import sys
 
     code = ("import sys, hpo.cluster.bootstrap, hpo.cluster.node, hpo.cluster.sbatch, "
-            "hpo.cluster.describe; bad = [m for m in sys.modules if m.startswith('ray.tune')]; "
+            "hpo.cluster.node_report; bad = [m for m in sys.modules if m.startswith('ray.tune')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)

@@ -21,9 +21,10 @@ from ray.tune.search import sample
 from ray.tune.search.basic_variant import BasicVariantGenerator
 from ray.tune.search.optuna import OptunaSearch
 
-from hpo.distributions import KINDS, Distribution
-from hpo.schedulers import SCHEDULER_TYPES
-from hpo.yaml_io import spec_from_dict
+from hpo.driver.translate import param_space
+from hpo.spec.distributions import KINDS, Distribution
+from hpo.spec.load import spec_from_dict
+from hpo.spec.schedulers import SCHEDULER_TYPES
 
 BASE = {"name": "t", "trainable": "trainables.digits:train", "metric": "acc", "mode": "max"}
 MUTATIONS = {"lr": {"uniform": [0.001, 0.1]}}
@@ -148,7 +149,7 @@ def test_seeded_scheduler_draws_repeat_and_leave_the_callers_rng_alone() -> None
 
     import numpy as np
 
-    from hpo.schedulers import seeded_scheduler_draws
+    from hpo.spec.schedulers import seeded_scheduler_draws
 
     def draws() -> tuple[float, float]:
         return random.random(), float(np.random.random())
@@ -170,7 +171,7 @@ def test_seeded_scheduler_draws_repeat_and_leave_the_callers_rng_alone() -> None
 def test_grid_search_turns_choice_into_grid() -> None:
     spec = _spec(search={"type": "grid"}, search_space={"b": {"choice": [1, 2]}},
                  constants={"epochs": 3})
-    assert spec.param_space() == {"epochs": 3, "b": {"grid_search": [1, 2]}}
+    assert param_space(spec) == {"epochs": 3, "b": {"grid_search": [1, 2]}}
 
 
 DOMAINS = {
@@ -201,7 +202,7 @@ def test_distribution_to_tune_domain(kind: str) -> None:
 
 
 def test_yaml_numbers_as_people_write_them() -> None:
-    from hpo.yaml_io import parse_yaml
+    from hpo.spec.load import parse_yaml
 
     data = parse_yaml("a: 1e-4\nb: 1.0e-1\nc: 5e3\nd: 12\ne: -2E-3\nf: e5", "t.yaml")
     assert data == {"a": 1e-4, "b": 0.1, "c": 5000.0, "d": 12, "e": -0.002, "f": "e5"}

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from hpo.cluster.describe import describe
+from hpo.cluster.node_report import node_report
 
-__all__ = ["describe"]
+__all__ = ["node_report"]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpo.cluster.auth import RayCluster, new_token, token_env
 from hpo.cluster.node import (
     CONFIG_FILE,
     HEAD_FILE,
@@ -33,20 +34,10 @@ from hpo.cluster.node import (
 from hpo.cluster.render import srun_args
 from hpo.cluster.slurm_env import Allocation
 from hpo.errors import ClusterStartError
-from hpo.local_ray import RayCluster, new_token, token_env
+from hpo.spec.slurm import SlurmSettings
 
 log = logging.getLogger("hpo.cluster")
 STOP_GRACE_S = 20.0  # > the node processes' own grace (node.STOP_GRACE_S x 2)
-
-
-@dataclass(frozen=True)
-class ClusterOptions:
-    """What the cluster side needs from the `slurm:` settings."""
-
-    interface: str | None = None
-    dashboard: bool = False
-    startup_timeout_s: float = 180.0
-    job_dir: str = "~/.hpo/jobs"
 
 
 @dataclass
@@ -56,7 +47,7 @@ class _Step:
     proc: subprocess.Popen[bytes]
 
 
-def make_job_dir(root: str, job_id: str, options: ClusterOptions) -> Path:
+def make_job_dir(root: str, job_id: str, options: SlurmSettings) -> Path:
     """A 0700 folder for this job (on the shared file system) with a fresh 0600 token."""
     base = Path(root).expanduser()
     base.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -173,12 +164,12 @@ def stop(steps: list[_Step], job_dir: Path) -> None:
 
 
 @contextlib.contextmanager
-def ray_cluster(alloc: Allocation, options: ClusterOptions,
+def ray_cluster(alloc: Allocation, options: SlurmSettings,
                 log_dir: Path) -> Iterator[RayCluster]:
     """Start Ray on every node of the allocation, yield how to connect, stop it after.
 
     Example (inside a batch script, on the first node):
-        >>> with ray_cluster(Allocation.from_env(os.environ), ClusterOptions(), logs) as c:
+        >>> with ray_cluster(Allocation.from_env(os.environ), SlurmSettings(), logs) as c:
         ...     hpo.run("space.yaml", cluster=c)
     """
     job_dir = make_job_dir(options.job_dir, alloc.job_id, options)

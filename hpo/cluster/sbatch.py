@@ -1,5 +1,5 @@
 """The sbatch script of an experiment: a pure render of hpo-job.sbatch (shipped in the package
-next to this module; slurm/hpo-job.sbatch in the repository links to it).
+next to this module, shipped with the package).
 
 The script asks for one task per node (Ray runs one node process per node), a warning
 signal to the batch shell alone before the time limit (SIGUSR1 reaching Ray's processes
@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpo.slurm_spec import SlurmSettings
+from hpo.spec.slurm import SlurmSettings
 
 TEMPLATE = Path(__file__).with_name("hpo-job.sbatch")
 

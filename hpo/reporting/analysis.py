@@ -9,7 +9,7 @@ from typing import Any
 import optuna
 import pandas as pd
 
-from hpo.optuna_space import space_to_optuna, widen
+from hpo.optuna.space import space_to_optuna, widen
 from hpo.reporting.data import Experiment
 
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-from hpo.distributions import Distribution
 from hpo.errors import ExperimentError
 from hpo.results import SPEC_FILE, load_results, saved_spec, trial_results
+from hpo.spec.distributions import Distribution
 
 UNFINISHED = ("RUNNING", "PENDING")
 PBT_LOG = "pbt_global.txt"

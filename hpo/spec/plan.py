@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import os
 
-from hpo.searchers import Grid
-from hpo.spec import Spec
+from hpo.spec.model import Spec
+from hpo.spec.searchers import Grid
 
 
 def trial_count(spec: Spec) -> int:
@@ -16,7 +16,7 @@ def trial_count(spec: Spec) -> int:
     return spec.num_samples * math.prod(sizes)
 
 
-def describe(spec: Spec) -> dict[str, str]:
+def summarize(spec: Spec) -> dict[str, str]:
     """Key -> one line each: trials, concurrency, resources, scheduler, search, storage."""
     cpus = os.cpu_count() or 1
     fit = int(cpus // _cpus_per_trial(spec))

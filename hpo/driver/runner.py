@@ -11,15 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from hpo.distributed import check_backend
+from hpo.cluster.auth import RayCluster
+from hpo.driver import translate
+from hpo.driver.ray_session import connected_ray, embedded_ray
+from hpo.driver.trainable import check_findable
 from hpo.errors import ConfigError, ExperimentError, RunError
-from hpo.local_ray import RayCluster, connected_ray, embedded_ray
-from hpo.plan import trial_count
 from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
-from hpo.schedulers import seeded_scheduler_draws
-from hpo.spec import Spec
-from hpo.trainable import check_findable, load_trainable, with_session
-from hpo.yaml_io import load_spec, spec_from_dict
+from hpo.spec.load import load_spec, spec_from_dict
+from hpo.spec.model import Spec
+from hpo.spec.plan import trial_count
+from hpo.spec.schedulers import seeded_scheduler_draws
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,19 +59,6 @@ def _as_spec(spec: Spec | dict[str, Any] | str | Path, source: str) -> tuple[Spe
     return load_spec(spec), str(spec)
 
 
-def _trainable(spec: Spec, source: str) -> Any:
-    from ray import tune
-
-    func = load_trainable(spec.trainable, source)
-    check_backend(spec, source)
-    if spec.distributed:
-        from hpo.distributed.trial import distributed_trainable
-
-        return distributed_trainable(func, spec.distributed, spec.checkpoint.frequency)
-    need = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
-    return tune.with_resources(with_session(func, spec.checkpoint.frequency), need)
-
-
 def _check_fits(spec: Spec, source: str, cluster: dict[str, float]) -> None:
     """Fail fast (instead of Tune waiting forever) when one trial needs more than exists."""
     ranks = spec.distributed
@@ -85,36 +73,6 @@ def _check_fits(spec: Spec, source: str, cluster: dict[str, float]) -> None:
             raise ConfigError(source, field,
                               f"one trial needs {need:g} {key}s but the cluster has {have:g}",
                               "lower it, or run on a node/allocation that has them")
-
-
-def _tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any]) -> Any:
-    from ray import tune
-
-    from hpo.progress import LiveProgress
-    from hpo.trial_logs import trial_loggers
-
-    tune_config = tune.TuneConfig(
-        metric=spec.metric, mode=spec.mode, num_samples=spec.num_samples,
-        max_concurrent_trials=spec.max_concurrent, reuse_actors=spec.reuse_actors,
-        scheduler=spec.scheduler.build(), search_alg=spec.search.build(spec.metric, spec.mode),
-        time_budget_s=spec.time_budget_s,
-    )
-    run_config = tune.RunConfig(
-        name=exp_dir.name, storage_path=str(exp_dir.parent), stop=spec.stop or None,
-        verbose=0, log_to_file=True,
-        # Ray would add its own loggers, which lose restarted trials' rows and scalars.
-        callbacks=[LiveProgress(spec.metric, spec.mode, spec.num_samples), *trial_loggers(),
-                   *extra_callbacks],
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoint.keep),
-        failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
-        # A trial's stdout/stderr (Tune's log_to_file) and the files it writes into its
-        # working dir live in Ray's temp dir, deleted after the run: copy them into the trial
-        # folder (in the background after the first result and every 5 min, blocking when
-        # the trial ends), but not at every checkpoint: that copy would block the trial.
-        sync_config=tune.SyncConfig(sync_artifacts=True, sync_artifacts_on_checkpoint=False),
-    )
-    return tune.Tuner(trainable, param_space=spec.param_space(), tune_config=tune_config,
-                      run_config=run_config)
 
 
 @contextlib.contextmanager
@@ -133,7 +91,7 @@ def _ray_and_trainable(spec: Spec, source: str, exp_dir: Path, num_cpus: int | N
     """Ray, and the trainable imported in a thread meanwhile: importing torch (about 2 s)
     overlaps `ray.init` (about 3 s, mostly waiting for Ray's processes)."""
     with ThreadPoolExecutor(1, thread_name_prefix="hpo-import") as pool:
-        importing = pool.submit(_trainable, spec, source)
+        importing = pool.submit(translate.trainable, spec, source)
         with _ray_for(spec, source, exp_dir, num_cpus, cluster):
             yield importing.result()
 
@@ -158,14 +116,14 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
     exp_dir.mkdir(parents=True, exist_ok=True)
     with _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster) as trainable:
         (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec), sort_keys=False))
-        _fit(_tuner(spec, trainable, exp_dir, mirror), spec)
+        _fit(translate.tuner(spec, trainable, exp_dir, mirror), spec)
     return _outcome(exp_dir, spec)
 
 
 def _optuna_mirror(spec: Spec, source: str, study_name: str) -> list[Any]:
     if spec.optuna_storage is None:  # the mirror imports ray.tune: not before Ray starts
         return []
-    from hpo.optuna_mirror import mirror_for
+    from hpo.optuna.mirror import mirror_for
 
     return mirror_for(spec, source, study_name)
 

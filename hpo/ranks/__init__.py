@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 
 from hpo.errors import ConfigError
-from hpo.spec import Spec
+from hpo.spec.model import Spec
 
 
 def check_backend(spec: Spec, source: str) -> None:

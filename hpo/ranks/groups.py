@@ -16,7 +16,7 @@ from ray.util.placement_group import get_current_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hpo.errors import RunError
-from hpo.spec import Distributed
+from hpo.spec.model import Distributed
 
 
 class RankGroup(Protocol):

@@ -18,7 +18,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from hpo.distributions import Distribution
+from hpo.spec.distributions import Distribution
 
 _CATEGORY_TYPES = (type(None), bool, int, float, str)
 

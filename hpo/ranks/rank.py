@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 import ray
 
 from hpo import dist, session
-from hpo.distributed.channel import Files, pack_folder, unpack_folder
+from hpo.ranks.channel import Files, pack_folder, unpack_folder
 
 
 @dataclass

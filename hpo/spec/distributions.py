@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from hpo.validation import FieldProblem, did_you_mean
+from hpo.spec._validation import FieldProblem, did_you_mean
 
 
 @dataclass(frozen=True)

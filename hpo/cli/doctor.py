@@ -59,9 +59,9 @@ def _horovod_ray() -> list[Row]:
 
 def _cluster(interface: str | None) -> list[Row]:
     """What `hpo slurm run` would choose on this node (job, nodes, address, ports, GPUs)."""
-    from hpo.cluster.describe import describe
+    from hpo.cluster.node_report import node_report
 
-    return [(what, finding, True) for what, finding in describe(interface=interface).items()]
+    return [(what, finding, True) for what, finding in node_report(interface=interface).items()]
 
 
 def diagnose(interface: str | None = None) -> list[Row]:

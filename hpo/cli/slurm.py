@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from hpo.cli import SetOption, _finish, _guarded, err, out
+from hpo.cli._shared import SetOption, err, finish, guarded, out
 from hpo.errors import ConfigError, SlurmEnvironmentError
 
 slurm_app = typer.Typer(no_args_is_help=True, help="Run experiments on a Slurm cluster.")
@@ -23,9 +28,9 @@ Name = typer.Option(None, help="Experiment folder name (default: the YAML's name
 def _settings(space: Path, overrides: list[str] | None, site: Path | None,
               options: dict[str, Any], check_import: bool = True) -> tuple[Any, Any]:
     """The validated spec and its merged slurm settings; nothing is started."""
-    from hpo.slurm_spec import merged_settings
-    from hpo.trainable import load_trainable
-    from hpo.yaml_io import load_spec
+    from hpo.driver.trainable import load_trainable
+    from hpo.spec.load import load_spec
+    from hpo.spec.slurm import merged_settings
 
     spec = load_spec(space, overrides)
     if check_import:
@@ -34,47 +39,76 @@ def _settings(space: Path, overrides: list[str] | None, site: Path | None,
 
 
 def _render(space: Path, overrides: list[str] | None, site: Path | None, storage: str | None,
-            name: str | None, workdir: Path | None, options: dict[str, Any]) -> str:
+            name: str | None, workdir: Path | None, sbatch: SbatchOptions) -> str:
     from hpo.cluster.sbatch import render_sbatch
 
-    spec, settings = _settings(space, overrides, site, options)
+    spec, settings = _settings(space, overrides, site, sbatch.given())
     return render_sbatch(spec.name, str(space), settings,
                          workdir=str(workdir or settings.workdir or Path.cwd()),
                          storage=storage, run_name=name,
                          site=str(site.resolve()) if site else None, overrides=overrides or [])
 
 
-def _options(nodes: int | None, gpus_per_node: int | None, cpus_per_node: int | None,
-             time: str | None, partition: str | None, account: str | None,
-             requeue: bool | None) -> dict[str, Any]:
-    return {"nodes": nodes, "gpus_per_node": gpus_per_node, "cpus_per_node": cpus_per_node,
-            "time": time, "partition": partition, "account": account, "requeue": requeue}
+@dataclass(frozen=True)
+class SbatchOptions:
+    """The allocation options `render` and `submit` share; None: not given (the YAML's
+    `slurm:` keys, then the site file, decide)."""
+
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    cpus_per_node: int | None = None
+    time: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    requeue: bool | None = None
+
+    def given(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
-_Nodes = typer.Option(None, "--nodes", "-N", help="Nodes (one Ray node each).")
-_Gpus = typer.Option(None, "--gpus-per-node")
-_Cpus = typer.Option(None, "--cpus-per-node")
-_Time = typer.Option(None, "--time", "-t", help="Time limit, HH:MM:SS or D-HH:MM:SS.")
-_Partition = typer.Option(None, "--partition", "-p")
-_Account = typer.Option(None, "--account", "-A")
-_Requeue = typer.Option(None, "--requeue/--no-requeue",
-                        help="On the walltime warning: stop, requeue, resume (default on).")
+_SBATCH_OPTIONS: dict[str, tuple[Any, Any]] = {  # name: (type, typer option)
+    "nodes": (int | None, typer.Option(None, "--nodes", "-N", help="Nodes (one Ray node each).")),
+    "gpus_per_node": (int | None, typer.Option(None, "--gpus-per-node")),
+    "cpus_per_node": (int | None, typer.Option(None, "--cpus-per-node")),
+    "time": (str | None, typer.Option(None, "--time", "-t",
+                                      help="Time limit, HH:MM:SS or D-HH:MM:SS.")),
+    "partition": (str | None, typer.Option(None, "--partition", "-p")),
+    "account": (str | None, typer.Option(None, "--account", "-A")),
+    "requeue": (bool | None, typer.Option(
+        None, "--requeue/--no-requeue",
+        help="On the walltime warning: stop, requeue, resume (default on).")),
+}
+
+
+def with_sbatch_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a typer command the seven SbatchOptions flags; it receives them as `sbatch`."""
+    signature = inspect.signature(command, eval_str=True)
+    kept = [p for p in signature.parameters.values() if p.name != "sbatch"]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                               annotation=kind) for name, (kind, option) in _SBATCH_OPTIONS.items()]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        sbatch = SbatchOptions(**{name: kwargs.pop(name) for name in _SBATCH_OPTIONS})
+        return command(*args, sbatch=sbatch, **kwargs)
+
+    wrapper.__signature__ = signature.replace(parameters=kept + added)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in kept + added}
+    return wrapper
+
+
 _Workdir = typer.Option(None, "--workdir", help="Folder the job runs in (default: here).")
 
 
 @slurm_app.command()
-@_guarded
-def render(space: Path, nodes: int | None = _Nodes, gpus_per_node: int | None = _Gpus,
-           cpus_per_node: int | None = _Cpus, time: str | None = _Time,
-           partition: str | None = _Partition, account: str | None = _Account,
-           requeue: bool | None = _Requeue, workdir: Path | None = _Workdir,
+@guarded
+@with_sbatch_options
+def render(space: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdir,
            output: Path | None = typer.Option(None, "-o", "--output"),
            site: Path | None = Site, storage: str | None = Storage, name: str | None = Name,
            overrides: list[str] | None = SetOption) -> None:
     """Print (or write with -o) the sbatch script for SPACE.yaml."""
-    text = _render(space, overrides, site, storage, name, workdir,
-                   _options(nodes, gpus_per_node, cpus_per_node, time, partition, account,
-                            requeue))
+    text = _render(space, overrides, site, storage, name, workdir, sbatch)
     if output is None:
         out.file.write(text)
     else:
@@ -83,19 +117,15 @@ def render(space: Path, nodes: int | None = _Nodes, gpus_per_node: int | None = 
 
 
 @slurm_app.command()
-@_guarded
-def submit(space: Path, nodes: int | None = _Nodes, gpus_per_node: int | None = _Gpus,
-           cpus_per_node: int | None = _Cpus, time: str | None = _Time,
-           partition: str | None = _Partition, account: str | None = _Account,
-           requeue: bool | None = _Requeue, workdir: Path | None = _Workdir,
+@guarded
+@with_sbatch_options
+def submit(space: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdir,
            output: Path | None = typer.Option(None, "-o", "--output",
                                               help="Also keep the script here."),
            site: Path | None = Site, storage: str | None = Storage, name: str | None = Name,
            overrides: list[str] | None = SetOption) -> None:
     """Render the sbatch script for SPACE.yaml, submit it with sbatch, print the job id."""
-    text = _render(space, overrides, site, storage, name, workdir,
-                   _options(nodes, gpus_per_node, cpus_per_node, time, partition, account,
-                            requeue))
+    text = _render(space, overrides, site, storage, name, workdir, sbatch)
     if shutil.which("sbatch") is None:
         raise SlurmEnvironmentError("sbatch not found. Hint: submit from a login node of the "
                                     "cluster, or `hpo slurm render -o job.sbatch` and copy it")
@@ -111,32 +141,35 @@ def submit(space: Path, nodes: int | None = _Nodes, gpus_per_node: int | None = 
 
 
 @slurm_app.command("run")
-@_guarded
+@guarded
 def run_job(space: Path, site: Path | None = Site, storage: str | None = Storage,
             name: str | None = Name, overrides: list[str] | None = SetOption) -> None:
     """Inside an allocation (the sbatch script): start Ray on all nodes, run or resume."""
-    from hpo.slurm_job import run_in_allocation
+    from hpo.driver.slurm import run_in_allocation
 
     spec, settings = _settings(space, overrides, site, {})
     spec = spec.model_copy(update={"slurm": settings})
-    _finish(run_in_allocation(spec, storage=storage, name=name, source=str(space),
+    finish(run_in_allocation(spec, storage=storage, name=name, source=str(space),
                               report=lambda line: err.print(line, highlight=False)))
 
 
 @slurm_app.command()
-@_guarded
+@guarded
 def check(interface: str | None = typer.Option(None, help="Network interface for Ray."),
-          timeout: float = typer.Option(180.0, help="Seconds to wait for all nodes.")) -> None:
+          timeout: float = typer.Option(180.0, min=1,
+                                        help="Seconds to wait for all nodes.")) -> None:
     """Inside an allocation: start Ray on all nodes, report when all joined, stop it."""
     import time as clock
 
-    from hpo.cluster.bootstrap import ClusterOptions, ray_cluster
+    from hpo.cluster.bootstrap import ray_cluster
     from hpo.cluster.slurm_env import Allocation
+    from hpo.spec.slurm import SlurmSettings
 
     started = clock.monotonic()
     alloc = Allocation.from_env(os.environ)
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"hpo-check-{alloc.job_id}"
-    with ray_cluster(alloc, ClusterOptions(interface, startup_timeout_s=timeout), logs) as c:
+    settings = SlurmSettings(interface=interface, startup_timeout_s=timeout)
+    with ray_cluster(alloc, settings, logs) as c:
         out.print(f"ready: {len(alloc.nodes)} node(s) after "
                   f"{clock.monotonic() - started:.2f} s; head {c.address}; "
                   f"epoch {clock.time():.3f}", highlight=False)

@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveInt
 
-from hpo.distributions import Distribution
-from hpo.validation import FieldProblem, Strict
+from hpo.spec._validation import FieldProblem, Strict
+from hpo.spec.distributions import Distribution
 
 
 class _Searcher(Strict):

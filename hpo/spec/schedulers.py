@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from hpo.distributions import Distribution
-from hpo.validation import FieldProblem, Strict
+from hpo.spec._validation import FieldProblem, Strict
+from hpo.spec.distributions import Distribution
 
 TimeAttr = Literal["training_iteration", "time_total_s"]
 

@@ -11,60 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpo.run_dir import private_run_dir
-
-_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AIR_NEW_OUTPUT")
-
-
-@dataclass(frozen=True)
-class RayCluster:
-    """A running Ray cluster to connect to: GCS address, this node's Ray IP, token file."""
-
-    address: str
-    node_ip: str
-    token_file: Path
-
-
-def new_token(folder: Path) -> Path:
-    """A fresh random token in a 0600 file inside folder (which should be 0700)."""
-    token = folder / "auth_token"
-    token.touch(mode=0o600)
-    token.write_text(secrets.token_hex(32))
-    return token
-
-
-@contextlib.contextmanager
-def token_env(token: Path) -> Iterator[None]:
-    """Token auth on for this process (Ray reads the token from the file), restored after."""
-    saved = {k: os.environ.get(k) for k in _ENV}
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
-                      RAY_AIR_NEW_OUTPUT="0")  # legacy reporter: silent at verbose=0
-    _reload_ray_auth_settings()
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        _reload_ray_auth_settings()
-
-
-def _reload_ray_auth_settings() -> None:
-    # Ray caches its config and token when first imported; re-read the environment, as
-    # Ray's own `ray.init` does when it turns token auth on.
-    from ray._raylet import AuthenticationTokenLoader, Config
-
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
+from hpo.cluster.auth import RayCluster, new_token, token_env
+from hpo.driver.run_dir import private_run_dir
 
 
 def _log_ray_to(log_file: Path) -> None:

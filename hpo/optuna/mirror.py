@@ -15,7 +15,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from hpo.optuna_storage import open_storage
+from hpo.optuna.storage import open_storage
 
 _ID = "ray_trial_id"
 
@@ -27,7 +27,7 @@ def mirror_for(spec: Any, source: str, study_name: str) -> list[Any]:
     already taken into a one-line error instead of a failure mid-run.
     """
     from hpo.errors import ConfigError
-    from hpo.optuna_space import space_to_optuna
+    from hpo.optuna.space import space_to_optuna
 
     mirror = OptunaMirror(spec.optuna_storage, study_name, spec.metric, spec.mode,
                           space_to_optuna(spec.search_space))
@@ -93,7 +93,7 @@ class OptunaMirror(Callback):
         """The Optuna trial of a Ray trial, created on first sight."""
         from optuna.trial import TrialState, create_trial
 
-        from hpo.optuna_space import split_params
+        from hpo.optuna.space import split_params
 
         if trial.trial_id in self._ids:
             return self._ids[trial.trial_id]

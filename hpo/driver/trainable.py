@@ -1,21 +1,17 @@
-"""Importing the user's trainable (`pkg.module:function` or `path/file.py:function`)."""
+"""Importing the user's trainable (`pkg.module:function` or `path/file.py:function`); the
+wrapper that runs it as a one-process trial is hpo.driver.wrapper."""
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.util
-import itertools
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from hpo.errors import TrainableImportError
-from hpo.validation import did_you_mean
-
-Trainable = Callable[[dict[str, Any]], Any]
+from hpo.session import Trainable
+from hpo.spec._validation import did_you_mean
 
 
 def load_trainable(ref: str, source: str = "<spec>") -> Trainable:
@@ -87,48 +83,3 @@ def _import_file(path: str, source: str) -> ModuleType:
 
     cloudpickle.register_pickle_by_value(module)
     return module
-
-
-def with_session(func: Trainable, checkpoint_every: int) -> Trainable:
-    """Wrap a trainable so `hpo.report` knows the checkpoint policy; Ray sees `func(config)`."""
-    from hpo import session
-
-    @functools.wraps(func)
-    def run_trial(config: dict[str, Any]) -> Any:
-        _keep_earlier_output()
-        try:
-            with session.trial_session(checkpoint_every):
-                return func(config)
-        finally:  # Tune copies the output files out when a trial ends, before it flushes them
-            sys.stdout.flush()
-            sys.stderr.flush()
-
-    return run_trial
-
-
-def _tune_storage() -> Any:
-    """Ray Tune's storage context of the trial running in this process (None outside Tune)."""
-    from ray.train._internal.session import get_session
-
-    return getattr(get_session(), "storage", None)
-
-
-def trial_folder() -> str | None:
-    """The running trial's folder in the experiment folder (None outside Tune)."""
-    storage = _tune_storage()
-    return storage.trial_fs_path if storage else None
-
-
-def _keep_earlier_output() -> None:
-    """A trial that runs again in a fresh working dir (`hpo resume`, a Slurm requeue, a retry on
-    another node) would have its kept stdout/stderr replaced by the new, shorter ones when it
-    ends: move those aside as stdout.1, stdout.2, ... (on the same node Tune appends instead)."""
-    storage = _tune_storage()
-    if storage is None:
-        return
-    for name in ("stdout", "stderr"):
-        kept = Path(storage.trial_fs_path, name)
-        local = Path(storage.trial_working_directory, name)
-        if kept.exists() and (not local.exists() or local.stat().st_size < kept.stat().st_size):
-            free = (kept.with_name(f"{name}.{n}") for n in itertools.count(1))
-            kept.rename(next(path for path in free if not path.exists()))

@@ -13,12 +13,12 @@ from hpo.cluster.slurm_env import Allocation, NodeShare
 from hpo.errors import HpoError
 
 
-def describe(env: Mapping[str, str] | None = None,
+def node_report(env: Mapping[str, str] | None = None,
              interface: str | None = None) -> dict[str, str]:
     """Label -> value: Slurm job and nodes, Ray address and interface, ports, temp dir, GPUs.
 
     Example:
-        >>> for key, value in hpo.cluster.describe().items(): print(key, value)
+        >>> for key, value in hpo.cluster.node_report().items(): print(key, value)
     """
     env = os.environ if env is None else env
     info: dict[str, str] = {}

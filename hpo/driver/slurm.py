@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from hpo.cluster.bootstrap import ClusterOptions, ray_cluster
+from hpo.cluster.bootstrap import ray_cluster
 from hpo.cluster.slurm_env import Allocation
+from hpo.driver.runner import RunResult, resume, run
 from hpo.errors import RunError
 from hpo.results import SPEC_FILE
-from hpo.runner import RunResult, resume, run
-from hpo.spec import Spec
+from hpo.spec.model import Spec
 
 log = logging.getLogger("hpo.slurm")
 
@@ -43,11 +43,8 @@ def run_in_allocation(spec: Spec, *, storage: str | None = None, name: str | Non
     stop_flag = _StopFlag()
     alloc = Allocation.from_env(env)
     exp_dir = Path(storage or spec.storage).expanduser().resolve() / (name or spec.name)
-    settings = spec.slurm
-    options = ClusterOptions(settings.interface, settings.dashboard,
-                             settings.startup_timeout_s, settings.job_dir)
     started = time.monotonic()
-    with ray_cluster(alloc, options, exp_dir / f"slurm-{alloc.job_id}") as cluster:
+    with ray_cluster(alloc, spec.slurm, exp_dir / f"slurm-{alloc.job_id}") as cluster:
         report(f"hpo: Ray cluster ready on {len(alloc.nodes)} node(s) "
                f"({', '.join(alloc.nodes)}) after {time.monotonic() - started:.1f} s; "
                f"head {cluster.address}")

@@ -1,4 +1,4 @@
-"""The `optuna_storage:` value: checked when the spec is read, opened when a run starts.
+"""The `optuna_storage:` value, checked when the spec is read (hpo.optuna.storage opens it).
 
 A plain path is an Optuna JournalStorage file (append-only with lock files, so it works on
 NFS/GPFS where SQLite's locking does not); anything with `://` is an SQLAlchemy URL for
@@ -8,9 +8,8 @@ Optuna's RDBStorage. Checking imports neither Ray nor Optuna, so `hpo validate` 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from hpo.validation import FieldProblem, did_you_mean
+from hpo.spec._validation import FieldProblem, did_you_mean
 
 # SQLAlchemy dialects that Optuna's RDBStorage supports.
 _DIALECTS = ["sqlite", "postgresql", "mysql", "mariadb", "oracle", "mssql"]
@@ -52,14 +51,3 @@ def _check_journal_path(path: Path) -> None:
         raise FieldProblem("", f"{path.name} looks like an SQLite file but was given as a "
                            "journal path", f"write sqlite:///{path} for SQLite, or use a "
                            ".log name for a JournalStorage (works on NFS/GPFS)")
-
-
-def open_storage(value: str) -> Any:
-    """Optuna's storage for a journal file path or an RDB URL."""
-    import optuna
-
-    if "://" in value:
-        return optuna.storages.RDBStorage(value)
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-    return JournalStorage(JournalFileBackend(str(Path(value).expanduser().resolve())))

@@ -9,11 +9,11 @@ from typing import Any
 
 import ray
 
-from hpo.distributed.channel import Files, ReportChannel, pack_folder, unpack_folder
-from hpo.distributed.groups import rank_group
-from hpo.distributed.rank import run_rank
-from hpo.spec import Distributed
-from hpo.trainable import Trainable, trial_folder
+from hpo.ranks.channel import Files, ReportChannel, pack_folder, unpack_folder
+from hpo.ranks.groups import rank_group
+from hpo.ranks.rank import run_rank
+from hpo.session import Trainable, trial_folder
+from hpo.spec.model import Distributed
 
 
 class RankFailure(RuntimeError):

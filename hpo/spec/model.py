@@ -15,11 +15,12 @@ from pydantic import (
     model_validator,
 )
 
-from hpo.distributions import Distribution
-from hpo.schedulers import Fifo, Pb2, Pbt, Scheduler
-from hpo.searchers import Grid, Random, Searcher
-from hpo.slurm_spec import SlurmSettings
-from hpo.validation import FieldProblem, Strict
+from hpo.spec._validation import FieldProblem, Strict
+from hpo.spec.distributions import Distribution
+from hpo.spec.schedulers import Fifo, Pb2, Pbt, Scheduler
+from hpo.spec.searchers import Random, Searcher
+from hpo.spec.slurm import SlurmSettings
+from hpo.spec.storage import check_storage
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _TRAINABLE = re.compile(r"^[^:\s]+:[A-Za-z_][A-Za-z0-9_]*$")
@@ -106,8 +107,6 @@ class Spec(Strict):
     @field_validator("optuna_storage")
     @classmethod
     def _optuna_storage(cls, value: str | None) -> str | None:
-        from hpo.optuna_storage import check_storage
-
         if value is not None:
             check_storage(value)
         return value
@@ -147,13 +146,3 @@ class Spec(Strict):
             raise FieldProblem("checkpoint.keep", f"too few for {scheduler.type} (got {keep})",
                                "PBT clones other trials' older checkpoints; omit keep (keeps "
                                "all) or keep more than 2")
-
-    def param_space(self) -> dict[str, Any]:
-        """Ray Tune's param_space: the domains of search_space plus the constants."""
-        as_grid = isinstance(self.search, Grid)
-        space = {
-            name: Distribution(kind="grid", args=dist.args).to_tune()
-            if as_grid and dist.kind == "choice" else dist.to_tune()
-            for name, dist in self.search_space.items()
-        }
-        return {**self.constants, **space}

@@ -21,7 +21,8 @@ from pydantic import (
 )
 
 from hpo.errors import ConfigError
-from hpo.validation import FieldProblem, Strict, config_error
+from hpo.spec._validation import FieldProblem, Strict, config_error
+from hpo.spec._yaml import parse_yaml
 
 # Slurm's --time forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
@@ -84,8 +85,6 @@ def merged_settings(spec_slurm: SlurmSettings, site: Path | None,
     """Site file < the YAML's `slurm:` keys < command-line options (unset ones skipped)."""
     data: dict[str, Any] = {}
     if site is not None:
-        from hpo.yaml_io import parse_yaml
-
         try:
             raw = parse_yaml(site.read_text(), str(site))
         except OSError as exc:

@@ -1,0 +1,1 @@
+"""Optuna's side of hpo: the search space in Optuna's terms, its storage, the study mirror."""

@@ -1,0 +1,111 @@
+"""The house's shape: imports run one way, floor by floor, and never in a circle.
+
+Floors, top to bottom (a module may import its own floor's other rooms, or any floor below):
+    cli, hpo/__init__, __main__
+    driver, reporting
+    cluster, ranks, optuna, results, session, dist, large_batch
+    spec
+    errors
+Every `import hpo...` counts, also those inside functions (lazy imports are still edges).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "hpo"
+FLOORS = {
+    "cli": 4, "__init__": 4, "__main__": 4,
+    "driver": 3, "reporting": 3,
+    "cluster": 2, "ranks": 2, "optuna": 2, "results": 2, "session": 2, "dist": 2,
+    "large_batch": 2,
+    "spec": 1,
+    "errors": 0,
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """hpo modules imported by this file; `from hpo.x import y` counts hpo.x.y if y is one."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "hpo")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
+                node.module.split(".")[0] == "hpo"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in modules else node.module)
+    return found & set(modules)
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(path, modules) - {name} for name, path in modules.items()}
+
+
+def test_every_room_has_a_floor() -> None:
+    rooms = {_room(module) for module in _modules()}
+    assert rooms - set(FLOORS) == set(), "a new top-level module or folder needs a floor"
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{a} -> {b}" for a, targets in graph.items() for b in targets
+            if FLOORS[_room(b)] > FLOORS[_room(a)]]
+
+
+def test_no_import_goes_up_a_floor() -> None:
+    assert _upward(_graph()) == []
+
+
+def _cycle_from(start: str, graph: dict[str, set[str]]) -> list[str] | None:
+    stack, on_path = [(start, iter(sorted(graph[start])))], [start]
+    while stack:
+        node, children = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            on_path.pop()
+        elif child == start:
+            return [*on_path, start]
+        elif child not in on_path:
+            stack.append((child, iter(sorted(graph[child]))))
+            on_path.append(child)
+    return None
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    return [cycle for module in graph if (cycle := _cycle_from(module, graph))]
+
+
+def test_no_import_cycle() -> None:
+    cycles = _cycles(_graph())
+    assert cycles == [], " | ".join(" -> ".join(c) for c in cycles[:3])
+
+
+@pytest.mark.parametrize("edge", [("hpo.spec.model", "hpo.driver.runner"),
+                                  ("hpo.cluster.bootstrap", "hpo.cli")])
+def test_the_checks_catch_an_upward_import(edge: tuple[str, str]) -> None:
+    """What the layout had before (the cluster side importing the driver, spec importing up)
+    is caught: the checks read real edges, and fail when one goes the wrong way."""
+    graph = _graph()
+    source, target = edge
+    graph[source].add(target)
+    assert _upward(graph) == [f"{source} -> {target}"]
+    assert _cycles(graph) != []  # the target already reaches the source

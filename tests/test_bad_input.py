@@ -282,6 +282,17 @@ CASES = [
     Case("distributed-with-resources", BASE + DIST, "resources", extra=("distributed",)),
     Case("distributed-env-not-text", NO_RESOURCES + DIST + "  env: {A: [1]}\n",
          "distributed.env.A"),
+    # --- GPUs: every rank owns a whole device; only one-process trials share one ----------
+    Case("ranks-sharing-a-gpu", NO_RESOURCES + DIST + "  gpus_per_worker: 0.5\n",
+         "distributed.gpus_per_worker", "0.5", ("share a GPU",)),
+    Case("rank-gpus-fraction-above-one", NO_RESOURCES + DIST + "  gpus_per_worker: 1.5\n",
+         "distributed.gpus_per_worker", "1.5", ("whole GPUs",)),
+    Case("trial-gpus-fraction-above-one", sub("cpus_per_trial: 1", "cpus_per_trial: 1\n  "
+                                              "gpus_per_trial: 2.5"),
+         "resources.gpus_per_trial", "2.5", ("whole GPUs",)),
+    Case("rank-more-gpus-than-a-node", NO_RESOURCES + DIST + "  gpus_per_worker: 8\n"
+         "slurm:\n  gpus_per_node: 4\n", "distributed.gpus_per_worker", "8",
+         ("a node has 4",)),
 ]
 
 
@@ -385,3 +396,36 @@ def test_run_missing_trainable_starts_nothing(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     _check_one_line_error(proc.returncode, proc.stdout, proc.stderr, str(target), case)
     assert not storage.exists(), list(storage.rglob("*"))
+
+
+def test_fractional_gpus_still_pack_one_process_trials(tmp_path: Path) -> None:
+    """Sharing a GPU stays allowed where it works: one-process trials with a fraction."""
+    space = tmp_path / "packed.yaml"
+    space.write_text(sub("cpus_per_trial: 1", "cpus_per_trial: 1\n  gpus_per_trial: 0.25"))
+    code, stdout, stderr = _invoke(["validate", str(space)], in_subprocess=False)
+    assert code == 0, stderr
+    assert "0.25 GPU per trial" in stdout
+
+
+@pytest.mark.parametrize(("section", "nodes", "refused"), [
+    ({"distributed": {"backend": "ddp", "workers": 4, "gpus_per_worker": 2}},
+     [{"CPU": 8, "GPU": 4}, {"CPU": 8, "GPU": 4}], False),
+    ({"distributed": {"backend": "ddp", "workers": 2, "gpus_per_worker": 2}},
+     [{"CPU": 8, "GPU": 1}, {"CPU": 8, "GPU": 1}], True),  # 2 GPUs in all, none per rank
+    ({"resources": {"cpus_per_trial": 3}}, [{"CPU": 2}, {"CPU": 2}], True),
+    ({"resources": {"cpus_per_trial": 2, "gpus_per_trial": 0.5}}, [{"CPU": 2, "GPU": 1}],
+     False),
+])
+def test_a_rank_or_trial_must_fit_on_one_node(section: dict, nodes: list[dict],
+                                              refused: bool) -> None:
+    from hpo.driver.runner import _check_node_fits
+    from hpo.errors import ConfigError
+    from hpo.spec import spec_from_dict
+
+    spec = spec_from_dict({"name": "x", "trainable": "m:f", "metric": "a", "mode": "max",
+                           **section})
+    if refused:
+        with pytest.raises(ConfigError, match="the biggest node has"):
+            _check_node_fits(spec, "x.yaml", nodes)
+    else:
+        _check_node_fits(spec, "x.yaml", nodes)

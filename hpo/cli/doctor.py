@@ -29,13 +29,15 @@ def _packages() -> list[Row]:
 def _torch() -> list[Row]:
     import torch
 
-    cuda = torch.version.cuda
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nccl = torch.distributed.is_nccl_available()
-    return [("torch build", f"CUDA {cuda}" if cuda else "CPU only", True),
-            ("GPUs visible", str(gpus), True),
-            ("torch.distributed", f"gloo{', nccl' if nccl else ''}  (backend: ddp)",
+    return [("torch.distributed", f"gloo{', nccl' if nccl else ''}  (backend: ddp)",
              torch.distributed.is_gloo_available())]
+
+
+def _gpu() -> list[Row]:
+    from hpo.cli.doctor_gpu import gpu_rows, probe_gpu
+
+    return gpu_rows(probe_gpu())
 
 
 def _horovod() -> list[Row]:
@@ -67,7 +69,8 @@ def _cluster(interface: str | None) -> list[Row]:
 def diagnose(interface: str | None = None) -> list[Row]:
     """Every check's rows; a check that crashes is reported as a failed row, not raised."""
     checks: list[Callable[[], list[Row]]] = [
-        _packages, _torch, _horovod, _horovod_ray, functools.partial(_cluster, interface)]
+        _packages, _torch, _gpu, _horovod, _horovod_ray,
+        functools.partial(_cluster, interface)]
     rows: list[Row] = []
     for check in checks:
         try:

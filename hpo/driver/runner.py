@@ -75,13 +75,31 @@ def _check_fits(spec: Spec, source: str, cluster: dict[str, float]) -> None:
                               "lower it, or run on a node/allocation that has them")
 
 
+def _check_node_fits(spec: Spec, source: str, nodes: list[dict[str, float]]) -> None:
+    """A rank, or a one-process trial, runs on one node: the biggest node must hold it (Tune
+    would wait forever for a bundle no node can give)."""
+    ranks = spec.distributed
+    what, section = ("rank", "distributed") if ranks else ("trial", "resources")
+    for key in ("CPU", "GPU"):
+        name = f"{key.lower()}s_per_{'worker' if ranks else 'trial'}"
+        need = getattr(ranks or spec.resources, name)
+        biggest = max((node.get(key, 0.0) for node in nodes), default=0.0)
+        if need > biggest:
+            raise ConfigError(source, f"{section}.{name}", f"one {what} needs {need:g} {key}s "
+                              f"but the biggest node has {biggest:g}",
+                              f"a {what} runs on one node: ask for at most one node's share")
+
+
 @contextlib.contextmanager
 def _ray_for(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None,
              cluster: RayCluster | None = None) -> Iterator[None]:
-    ray = (connected_ray(cluster, exp_dir / LOG_FILE) if cluster
-           else embedded_ray(exp_dir / LOG_FILE, num_cpus=num_cpus))
-    with ray as resources:
+    session = (connected_ray(cluster, exp_dir / LOG_FILE) if cluster
+               else embedded_ray(exp_dir / LOG_FILE, num_cpus=num_cpus))
+    with session as resources:
+        import ray
+
         _check_fits(spec, source, resources)
+        _check_node_fits(spec, source, [n["Resources"] for n in ray.nodes() if n["Alive"]])
         yield
 
 

@@ -26,9 +26,19 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _TRAINABLE = re.compile(r"^[^:\s]+:[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def _whole_gpus_above_one(value: float) -> float:
+    # Ray can give a fraction of one GPU (trials packed on it) or whole GPUs, never 1.5.
+    if value > 1 and not float(value).is_integer():
+        raise FieldProblem("", f"a fraction above one GPU cannot be given (got {value:g})",
+                           "use a fraction below 1 to pack trials on a GPU, or whole GPUs")
+    return value
+
+
 class Resources(Strict):
     cpus_per_trial: PositiveFloat = 1
-    gpus_per_trial: NonNegativeFloat = 0
+    gpus_per_trial: NonNegativeFloat = 0  # below 1: one-process trials share a GPU
+
+    _gpus = field_validator("gpus_per_trial")(_whole_gpus_above_one)
 
 
 class CheckpointPolicy(Strict):
@@ -49,6 +59,17 @@ class Distributed(Strict):
     gpus_per_worker: NonNegativeFloat = 0
     timeout_s: PositiveFloat = 1800  # rank 0 silent this long (a hung rank): the trial fails
     env: dict[str, str] = Field(default_factory=dict)  # e.g. HOROVOD_CYCLE_TIME, NCCL_*
+
+    @field_validator("gpus_per_worker")
+    @classmethod
+    def _own_gpus(cls, value: float) -> float:
+        # NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), 25 s into the run.
+        if 0 < value < 1:
+            raise FieldProblem("", f"ranks would share a GPU (got {value:g})",
+                               "every rank needs a whole GPU: use 1 (or 0 for CPU ranks); "
+                               "to pack trials on a GPU, use one-process trials with "
+                               "resources.gpus_per_trial below 1")
+        return _whole_gpus_above_one(value)
 
 
 class Spec(Strict):
@@ -123,11 +144,28 @@ class Spec(Strict):
             raise FieldProblem(f"search_space.{problem.field}", problem.message,
                                problem.hint) from None
         self._check_population_checkpoints()
+        self._check_node_gpus()
         if self.distributed and self.resources.model_fields_set:
             raise FieldProblem("resources", "cannot be combined with distributed",
                                "a data-parallel trial takes distributed.workers x "
                                "cpus_per_worker/gpus_per_worker; drop resources")
         return self
+
+    def _check_node_gpus(self) -> None:
+        """A rank or a trial runs on one node: it cannot have more GPUs than a node has
+        (known when `slurm.gpus_per_node` is given; Ray's nodes are checked when it starts)."""
+        per_node = self.slurm.gpus_per_node
+        if not per_node:
+            return
+        if self.distributed:
+            path, need = "distributed.gpus_per_worker", self.distributed.gpus_per_worker
+        else:
+            path, need = "resources.gpus_per_trial", self.resources.gpus_per_trial
+        if need > per_node:
+            raise FieldProblem(path, f"one {'rank' if self.distributed else 'trial'} asks for "
+                               f"{need:g} GPUs but a node has {per_node} (slurm.gpus_per_node)",
+                               "a rank or one-process trial runs on one node: ask for at "
+                               "most a node's GPUs, and use more ranks (distributed.workers)")
 
     def _check_population_checkpoints(self) -> None:
         scheduler, every = self.scheduler, self.checkpoint.frequency

@@ -84,3 +84,22 @@ def test_seed_repeats_ashas_bracket_draws(tmp_path: Path) -> None:
     first = iterations_per_trial("one")
     assert iterations_per_trial("two") == first
     assert {iterations for _, iterations in first} - {9}, "ASHA cut no trial"
+
+
+def threads_seen(config: dict) -> None:
+    import torch
+
+    hpo.report({"threads": torch.get_num_threads()})
+
+
+def test_a_trial_gets_the_torch_threads_of_its_cpus(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray sets a worker's OMP_NUM_THREADS only when the environment has none, and HPC module
+    files often set OMP_NUM_THREADS=1: the trial's torch ran on one thread while the trial
+    held two CPUs."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    spec = {"name": "threads", "trainable": f"{__file__}:threads_seen", "metric": "threads",
+            "mode": "max", "num_samples": 2, "resources": {"cpus_per_trial": 2},
+            "storage": str(tmp_path)}
+    result = hpo.run(spec, num_cpus=2)
+    assert list(result.dataframe["last_threads"]) == [2, 2]

@@ -26,7 +26,8 @@ def trainable(spec: Spec, source: str) -> Any:
 
         return distributed_trainable(func, spec.distributed, spec.checkpoint.frequency)
     need = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
-    return tune.with_resources(with_session(func, spec.checkpoint.frequency), need)
+    return tune.with_resources(with_session(func, spec.checkpoint.frequency,
+                                                need["cpu"]), need)
 
 
 def param_space(spec: Spec) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,14 @@ from hpo import session
 from hpo.session import Trainable, tune_storage
 
 
-def with_session(func: Trainable, checkpoint_every: int) -> Trainable:
-    """Wrap a trainable so `hpo.report` knows the checkpoint policy; Ray sees `func(config)`."""
+def with_session(func: Trainable, checkpoint_every: int, cpus: float = 1) -> Trainable:
+    """Wrap a trainable so `hpo.report` knows the checkpoint policy and torch uses the trial's
+    CPUs; Ray sees `func(config)`."""
+
     @functools.wraps(func)
     def run_trial(config: dict[str, Any]) -> Any:
         _keep_earlier_output()
+        _use_cpus(cpus)
         try:
             with session.trial_session(checkpoint_every):
                 return func(config)
@@ -26,6 +30,17 @@ def with_session(func: Trainable, checkpoint_every: int) -> Trainable:
             sys.stderr.flush()
 
     return run_trial
+
+
+def _use_cpus(cpus: float) -> None:
+    """Ray fixes OMP_NUM_THREADS when a worker process starts (1 for a reused actor whatever
+    the trial asks), and torch reads it once: give torch the trial's own CPUs, as a standalone
+    script on those CPUs would have them (a torch imported later reads the variable)."""
+    threads = max(1, int(cpus))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def _keep_earlier_output() -> None:

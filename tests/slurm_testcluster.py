@@ -16,6 +16,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -70,6 +71,7 @@ class SlurmTestCluster:
 
     nodes: int = 3
     cpus: int = 4
+    gpus: int = 4  # fake GPUs per node: GRES backed by files under root/dev
     tag: str = field(default_factory=lambda: secrets.token_hex(2))
     root: Path = field(init=False)
     procs: dict[str, _Proc] = field(default_factory=dict)
@@ -131,7 +133,7 @@ class SlurmTestCluster:
 
     def _files(self) -> None:
         r = self.root
-        for sub in ("etc", "munge", "state", "log", "spool", "work"):
+        for sub in ("etc", "munge", "state", "log", "spool", "work", "dev"):
             (r / sub).mkdir(mode=0o755)
         (r / "munge").chmod(0o755)  # munged insists on these modes
         key = r / "munge/key"
@@ -146,6 +148,7 @@ class SlurmTestCluster:
             (r / "nodetmp" / node).mkdir(parents=True, mode=0o1777)
             (r / "nodetmp" / node).chmod(0o1777)
         (r / "etc/slurm.conf").write_text(self._conf(host))
+        (r / "etc/gres.conf").write_text(self._gres_conf())
 
     def _conf(self, host: str) -> str:
         r = self.root
@@ -158,15 +161,28 @@ class SlurmTestCluster:
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
             "SlurmdParameters=config_overrides", "JobRequeue=1", "ReturnToService=2",
             "SchedulerParameters=sched_interval=1,bf_interval=5", "MinJobAge=600",
-            "KillWait=5", "SlurmdTimeout=300", "MpiDefault=none",
+            "KillWait=5", "SlurmdTimeout=300", "MpiDefault=none", "GresTypes=gpu",
             f"StateSaveLocation={r}/state", f"SlurmdSpoolDir={r}/spool/%n",
             f"SlurmctldPidFile={r}/state/slurmctld.pid", f"SlurmdPidFile={r}/spool/%n/pid",
             f"SlurmctldLogFile={r}/log/slurmctld.log", f"SlurmdLogFile={r}/log/%n.log",
         ]
+        gres = f"Gres=gpu:{self.gpus} " if self.gpus else ""
         lines += [f"NodeName={n} NodeAddr={self.address(n)} CPUs={self.cpus} "
-                  "RealMemory=4000 State=UNKNOWN" for n in self.names]
+                  f"RealMemory=4000 {gres}State=UNKNOWN" for n in self.names]
         lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
         return "\n".join(lines) + "\n"
+
+    def _gres_conf(self) -> str:
+        """Fake GPUs: slurmd wants character devices (it refuses regular files) and only
+        reads their numbers, so each is a node with /dev/null's numbers (nothing opens it).
+        Slurm exports SLURM_STEP_GPUS but no CUDA_VISIBLE_DEVICES (no_gpu_env, as on sites
+        that leave it to the job): Ray on the nodes sees only what hpo gives it."""
+        null = os.stat("/dev/null").st_rdev
+        for k in range(self.gpus):
+            os.mknod(self.root / "dev" / f"gpu{k}", 0o600 | stat.S_IFCHR, null)
+        files = f"{self.root}/dev/gpu[0-{self.gpus - 1}]"
+        return "AutoDetect=off\n" + (f"NodeName=node[1-{self.nodes}] Name=gpu "
+                                     f"Flags=no_gpu_env File={files}\n" if self.gpus else "")
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
         log = open(self.root / "log" / f"{name}.out", "ab")  # noqa: SIM115 - outlives us

@@ -1,6 +1,7 @@
 """The installed package works without the repository: a wheel built from the sources, installed
-into a bare folder and run from elsewhere, renders the golden sbatch script (its template
-ships inside the package) and runs a tiny experiment with the built-in trainables."""
+into a bare folder and run from elsewhere, renders the golden sbatch scripts (its template and
+the built-in site profiles ship inside the package) and runs a tiny experiment with the
+built-in trainables."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
+SITES = ("juwels-booster", "jureca-dc", "lumi-g")
 
 
 def _build_wheel(tmp: Path) -> Path:
@@ -36,7 +38,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding only the installed wheel (its dependencies come from this venv)."""
     tmp = tmp_path_factory.mktemp("wheel")
     wheel = _build_wheel(tmp)
-    assert "hpo/cluster/hpo-job.sbatch" in zipfile.ZipFile(wheel).namelist()
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "hpo/cluster/hpo-job.sbatch" in names
+    for site in SITES:  # the built-in site profiles (`--site NAME`)
+        assert f"hpo/spec/sites/{site}.yaml" in names, site
     target = tmp / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                     "--target", str(target), str(wheel)], check=True)
@@ -59,6 +64,12 @@ def test_installed_package_renders_the_golden_sbatch(installed: Path, tmp_path: 
                    "--storage", "/p/scratch/hpo/results")
     assert done.returncode == 0, done.stderr
     assert done.stdout == (GOLDEN / "slurm-job.sbatch").read_text()
+    for site in SITES:
+        done = _python(installed, tmp_path, "-m", "hpo", "slurm", "render",
+                       "tests/golden/site-space.yaml", "--site", site, "--workdir",
+                       "/p/project/hpo", "--storage", "/p/scratch/hpo/results")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == (GOLDEN / f"site-{site}.sbatch").read_text(), site
 
 
 @pytest.mark.ray

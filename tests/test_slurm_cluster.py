@@ -7,6 +7,7 @@ the experiment folder (`hostname` comes from Tune's own results).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -29,6 +30,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 VENV = Path(sys.executable).parent.parent
 DP_TRAINABLES = Path(__file__).with_name("dp_trainables.py")
+GPU_TRAINABLES = Path(__file__).with_name("gpu_trainables.py")
 
 
 @pytest.fixture(scope="session")
@@ -197,6 +199,69 @@ def test_two_rank_horovod_trial_across_two_nodes_trains_correctly(
     # the same parameters as one process taking the whole global batch (tests/test_distributed)
     np.testing.assert_allclose(np.load(out_file), dp_trainables.first_step_weights(32),
                                rtol=1e-5, atol=1e-6)
+
+
+def _gpu_space(slurm: SlurmTestCluster, name: str, markers: Path, extra: str,
+               slurm_extra: str) -> Path:
+    """4 processes holding a GPU at once on node1-2: the job asks 2 of each node's 4."""
+    markers.mkdir()
+    space = _space(slurm, name, nodes=2, samples=4 if "gpus_per_trial" in extra else 2,
+                   steps=1, sleep=0.0, extra=f"max_concurrent: 4\n{extra}",
+                   slurm_extra='  gpus_per_node: 2\n  sbatch: ["--nodelist=node[1-2]"]\n'
+                   + slurm_extra)
+    text = space.read_text().replace("tests/test_trainables.py:steady",
+                                     f"{GPU_TRAINABLES}:record_gpus")
+    text = re.sub(r"constants: .*\n", f"constants: {{marker_dir: {markers}, expect: 4}}\n",
+                  text)
+    space.write_text(text.replace("search_space:\n  x: {uniform: [0.0, 1.0]}\n",
+                                  "search_space:\n  x: {choice: [1, 2, 3, 4]}\n"))
+    return space
+
+
+def _allocated_gpus(slurm: SlurmTestCluster, job_id: str, timeout: float = 120) -> set[str]:
+    """The GPU indices Slurm gave the running job on each node (`scontrol -d` shows them,
+    e.g. GRES=gpu:2(IDX:2-3), only while it runs)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = subprocess.run(["scontrol", "-d", "show", "job", job_id], env=slurm.env,
+                              capture_output=True, text=True, check=True).stdout
+        found = set()
+        for low, high in re.findall(r"IDX:(\d+)(?:-(\d+))?", text):
+            found |= {str(i) for i in range(int(low), int(high or low) + 1)}
+        if found:
+            return found
+        time.sleep(0.2)
+    pytest.fail(f"no GPU indices for job {job_id}: {text}")
+
+
+def test_ranks_and_trials_get_distinct_gpus_from_slurm(slurm: SlurmTestCluster,
+                                                        outputs: list[str]) -> None:
+    """Two jobs on the same 2 nodes, 2 of 4 GRES GPUs each per node: a job of 2 DDP trials
+    x 2 ranks (--gres form) and one of 4 whole-GPU trials (--gpus-per-node). The 8 processes
+    ran at once, and every one saw exactly one GPU, its own, among its job's allocation."""
+    work = slurm.root / "work"
+    ranks_dir, trials_dir = work / "gpu-ranks", work / "gpu-trials"
+    jobs = [_submit(slurm, _gpu_space(
+                slurm, "gpuranks", ranks_dir, "distributed: {backend: ddp, workers: 2, "
+                "cpus_per_worker: 1, gpus_per_worker: 1}\n", "  gpu_option: gres\n")),
+            _submit(slurm, _gpu_space(slurm, "gputrials", trials_dir,
+                                      "resources: {cpus_per_trial: 1, gpus_per_trial: 1}\n", ""))]
+    outputs.extend(jobs)
+    allocated = [_allocated_gpus(slurm, job_id) for job_id in jobs]
+    assert [len(a) for a in allocated] == [2, 2] and not allocated[0] & allocated[1], allocated
+    seen = []
+    for job_id, markers, mine in zip(jobs, (ranks_dir, trials_dir), allocated, strict=True):
+        _finished(slurm, job_id)
+        records = [json.loads(p.read_text()) for p in markers.glob("*.json")]
+        assert len(records) == 4, records
+        for record in records:
+            assert record["cuda"] is not None and record["cuda"] in mine, (mine, records)
+            assert record["ray"] == [record["cuda"]], records
+        seen += [(r["host"], r["cuda"]) for r in records]
+    assert sorted(r["rank"] for r in json.loads("[" + ",".join(
+        p.read_text() for p in ranks_dir.glob("*.json")) + "]")) == [0, 0, 1, 1]
+    assert len(set(seen)) == 8, seen  # no GPU twice, across ranks, trials and jobs
+    _assert_nothing_left(slurm, *jobs)
 
 
 def _results_so_far(exp_dir: Path) -> pd.DataFrame | None:

@@ -15,6 +15,8 @@ from hpo.cluster.slurm_env import (
     expand_hostlist,
     parse_cpus,
     parse_gpus,
+    ray_node_env,
+    rocm_visible,
 )
 from hpo.errors import SlurmEnvironmentError
 
@@ -49,15 +51,68 @@ def test_parse_gpus(value: str | None, gpus: list[str]) -> None:
 
 
 @pytest.mark.parametrize(("env", "gpus"), [
+    # cgroups: Slurm renumbers CUDA_VISIBLE_DEVICES 0..n-1, SLURM_STEP_GPUS keeps the node's
     ({"SLURM_STEP_GPUS": "2,3", "SLURM_JOB_GPUS": "0,1,2,3", "CUDA_VISIBLE_DEVICES": "0,1"},
-     ("2", "3")),
+     ("0", "1")),
+    ({"SLURM_STEP_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "2,3"}, ("2", "3")),
+    ({"SLURM_STEP_GPUS": "2,3"}, ("2", "3")),  # gres.conf Flags=no_gpu_env
+    # a CUDA_VISIBLE_DEVICES that is not Slurm's list or its renumbering is stale: ignored
     ({"SLURM_JOB_GPUS": "0,1,2,3", "CUDA_VISIBLE_DEVICES": "0"}, ("0", "1", "2", "3")),
+    ({"SLURM_STEP_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "4,5"}, ("2", "3")),
+    ({"SLURM_STEP_GPUS": "1", "SLURM_JOB_GPUS": "0,1"}, ("1",)),
     ({"CUDA_VISIBLE_DEVICES": "0,1"}, ("0", "1")),
     ({"SLURM_STEP_GPUS": "", "CUDA_VISIBLE_DEVICES": "1"}, ("1",)),
+    ({"SLURM_GPUS_ON_NODE": "2"}, ("0", "1")),  # count-only GRES
+    ({"SLURM_GPUS_ON_NODE": "0"}, ()),
+    ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, ()),
     ({}, ()),
 ])
 def test_gpus_come_from_slurm_first(env: dict[str, str], gpus: tuple[str, ...]) -> None:
     assert NodeShare.from_env(env, "host.example").gpus == gpus
+
+
+@pytest.mark.parametrize(("env", "added"), [
+    ({}, {}),
+    ({"ROCR_VISIBLE_DEVICES": "4,5"}, {"HIP_VISIBLE_DEVICES": "0,1"}),  # LUMI
+    ({"ROCR_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"},
+     {"HIP_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}),
+    ({"ROCR_VISIBLE_DEVICES": "4,5", "HIP_VISIBLE_DEVICES": "1"}, {}),  # the user's choice
+    ({"ROCR_VISIBLE_DEVICES": ""}, {"HIP_VISIBLE_DEVICES": ""}),
+    ({"CUDA_VISIBLE_DEVICES": "2,3"}, {}),
+])
+def test_rocm_visible(env: dict[str, str], added: dict[str, str]) -> None:
+    before = dict(env)
+    assert rocm_visible(env) == {**env, **added}
+    assert env == before  # pure
+
+
+@pytest.mark.parametrize(("env", "gpus", "visible"), [
+    ({}, (), {}),
+    ({}, ("2", "3"), {"CUDA_VISIBLE_DEVICES": "2,3", "HIP_VISIBLE_DEVICES": "2,3"}),
+    ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, ("1",),
+     {"CUDA_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "1"}),
+    # LUMI: ROCR stays, HIP indexes into it
+    ({"ROCR_VISIBLE_DEVICES": "4,5"}, ("4", "5"),
+     {"ROCR_VISIBLE_DEVICES": "4,5", "HIP_VISIBLE_DEVICES": "0,1",
+      "CUDA_VISIBLE_DEVICES": "4,5"}),
+    ({"HIP_VISIBLE_DEVICES": "0"}, ("3",),
+     {"HIP_VISIBLE_DEVICES": "0", "CUDA_VISIBLE_DEVICES": "3"}),
+])
+def test_ray_node_env_gpus(env: dict[str, str], gpus: tuple[str, ...],
+                           visible: dict[str, str]) -> None:
+    out = ray_node_env({"PATH": "/bin", **env}, gpus, "/tmp/hpo-7/miopen")
+    assert {k: v for k, v in out.items() if k.endswith("VISIBLE_DEVICES")} == visible
+    assert out["PATH"] == "/bin"
+
+
+@pytest.mark.parametrize(("env", "cache"), [
+    ({}, "/tmp/hpo-7/miopen"),
+    ({"MIOPEN_USER_DB_PATH": "/scratch/db", "MIOPEN_CUSTOM_CACHE_DIR": "/scratch/db"},
+     "/scratch/db"),
+])
+def test_ray_node_env_keeps_miopen_per_job(env: dict[str, str], cache: str) -> None:
+    out = ray_node_env(env, (), "/tmp/hpo-7/miopen")
+    assert out["MIOPEN_USER_DB_PATH"] == out["MIOPEN_CUSTOM_CACHE_DIR"] == cache
 
 
 @pytest.mark.parametrize(("value", "cpus"), [(None, None), ("8", 8), ("48(x2)", 48)])

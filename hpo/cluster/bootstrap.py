@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shutil
 import socket
 import subprocess
@@ -32,7 +33,7 @@ from hpo.cluster.node import (
     write_json,
 )
 from hpo.cluster.render import srun_args
-from hpo.cluster.slurm_env import Allocation
+from hpo.cluster.slurm_env import Allocation, rocm_visible
 from hpo.errors import ClusterStartError
 from hpo.spec.slurm import SlurmSettings
 
@@ -58,7 +59,8 @@ def make_job_dir(root: str, job_id: str, options: SlurmSettings) -> Path:
     new_token(job_dir)  # job_dir / TOKEN_FILE
     write_json(job_dir / CONFIG_FILE, {"interface": options.interface,
                                        "dashboard": options.dashboard,
-                                       "timeout": options.startup_timeout_s})
+                                       "timeout": options.startup_timeout_s,
+                                       "hostname_suffix": options.hostname_suffix})
     return job_dir
 
 
@@ -172,6 +174,9 @@ def ray_cluster(alloc: Allocation, options: SlurmSettings,
         >>> with ray_cluster(Allocation.from_env(os.environ), SlurmSettings(), logs) as c:
         ...     hpo.run("space.yaml", cluster=c)
     """
+    # This process imports ray to watch the start: Ray 2.60 fails at import on AMD GPUs with
+    # ROCR_VISIBLE_DEVICES alone (LUMI); HIP's 0..n-1 selects the same GPUs.
+    os.environ.update(rocm_visible(os.environ))
     job_dir = make_job_dir(options.job_dir, alloc.job_id, options)
     steps: list[_Step] = []
     try:

@@ -1,5 +1,6 @@
-"""The address Ray uses on a node: that of a named interface (InfiniBand, HSN) or the
-hostname's. Ray's own guess connects outwards, which fails on compute nodes without a route."""
+"""The address Ray uses on a node: that of a named interface (InfiniBand, HSN), or what the
+hostname resolves to (with a site's suffix: JSC names a node's InfiniBand address jwb0001i).
+Ray's own guess connects outwards, which fails on compute nodes without a route."""
 
 from __future__ import annotations
 
@@ -30,17 +31,27 @@ def interface_address(name: str) -> str:
     return socket.inet_ntoa(packed[20:24])
 
 
-def node_address(interface: str | None, hostname: str | None = None) -> str:
-    """This node's address for Ray: the interface's, else what the hostname resolves to."""
+def suffixed(host: str, suffix: str) -> str:
+    """The host's name with the suffix after its first label: ('jwb0001.juwels', 'i') ->
+    'jwb0001i.juwels'."""
+    first, dot, rest = host.partition(".")
+    return f"{first}{suffix}{dot}{rest}"
+
+
+def node_address(interface: str | None, hostname: str | None = None,
+                 suffix: str = "") -> str:
+    """This node's address for Ray: the interface's, else what the hostname (plus the site's
+    suffix) resolves to."""
     if interface:
         return interface_address(interface)
-    host = hostname or socket.gethostname()
+    host = suffixed(hostname or socket.gethostname(), suffix)
     try:
         address = socket.gethostbyname(host)
     except OSError:
+        check = f"check slurm.hostname_suffix ({suffix!r}) or " if suffix else ""
         raise SlurmEnvironmentError(
-            f"cannot resolve this node's hostname {host!r}. Hint: set slurm.interface to one "
-            f"of {', '.join(interfaces())}") from None
+            f"cannot resolve this node's hostname {host!r}. Hint: {check}set slurm.interface "
+            f"to one of {', '.join(interfaces())}") from None
     if address.startswith("127."):
         raise SlurmEnvironmentError(
             f"hostname {host!r} resolves to {address}, which other nodes cannot reach. Hint: "

@@ -22,7 +22,7 @@ from typing import Any
 from hpo.cluster.network import node_address
 from hpo.cluster.ports import pick_ports
 from hpo.cluster.render import node_dir, ray_start_args, ray_temp_dir
-from hpo.cluster.slurm_env import NodeShare, lookup
+from hpo.cluster.slurm_env import NodeShare, lookup, ray_node_env
 
 HEAD_FILE, CONFIG_FILE, TOKEN_FILE, NODES_DIR = "head.json", "config.json", "auth_token", "nodes"
 STOP_FILE = "stop"
@@ -55,7 +55,7 @@ def start_args(role: str, job_dir: Path, env: dict[str, str]) -> list[str]:
     """Decide address, ports and resources for this node; publish them; return the args."""
     config = json.loads((job_dir / CONFIG_FILE).read_text())
     share = NodeShare.from_env(env, socket.gethostname())
-    ip = node_address(config.get("interface"))
+    ip = node_address(config.get("interface"), suffix=config.get("hostname_suffix", ""))
     job_id = lookup(env, "job_id") or "0"
     ports = pick_ports(job_id)
     temp_dir = ray_temp_dir(job_id)
@@ -122,6 +122,10 @@ def main(role: str, job_dir: Path) -> int:
     print("+", " ".join(args), flush=True)
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(job_dir / TOKEN_FILE),
                RAY_USAGE_STATS_ENABLED="0")
+    # Ray hands each worker its GPUs from this list; MIOpen's caches stay with this job.
+    cache = Path(private_dir) / "miopen"
+    cache.mkdir(exist_ok=True)
+    env = ray_node_env(env, NodeShare.from_env(env, socket.gethostname()).gpus, str(cache))
     # Its own session: signals Slurm sends to this step's task do not reach Ray directly.
     ray = subprocess.Popen(args, env=env, start_new_session=True)
     stopping: list[int] = []

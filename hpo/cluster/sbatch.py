@@ -41,10 +41,11 @@ exit "$status"
 def sbatch_options(name: str, s: SlurmSettings) -> list[str]:
     """The #SBATCH lines, one option each."""
     options = [f"--job-name={name}", f"--nodes={s.nodes}", "--ntasks-per-node=1"]
-    if s.cpus_per_node is not None:
-        options.append(f"--cpus-per-task={s.cpus_per_node}")
+    if s.cpus_per_task is not None:
+        options.append(f"--cpus-per-task={s.cpus_per_task}")
     if s.gpus_per_node:
-        options.append(f"--gpus-per-node={s.gpus_per_node}")
+        options.append(f"--gres=gpu:{s.gpus_per_node}" if s.gpu_option == "gres"
+                       else f"--gpus-per-node={s.gpus_per_node}")
     options.append(f"--time={s.time}")
     options += [f"--{key}={value}" for key, value in
                 (("partition", s.partition), ("account", s.account)) if value]
@@ -56,10 +57,14 @@ def sbatch_options(name: str, s: SlurmSettings) -> list[str]:
 
 
 def environment(s: SlurmSettings, workdir: str) -> list[str]:
-    """Module loads, venv activation, the user's set-up lines, then cd to the project."""
+    """Module loads, venv activation, the site's variables, the user's set-up lines, then cd
+    to the project. Variables come after the modules (which may set their own) and are
+    exported, so every srun step (each node's Ray, the trials) inherits them."""
     lines = [f"module load {' '.join(shlex.quote(m) for m in s.modules)}"] if s.modules else []
     if s.venv:
         lines.append(f"source {shlex.quote(str(Path(s.venv) / 'bin' / 'activate'))}")
+    # Double quotes: $SLURM_JOB_ID and the like expand (values are checked to stay inside).
+    lines += [f'export {name}="{value}"' for name, value in s.env.items()]
     lines += s.setup
     lines.append(f"cd {shlex.quote(workdir)}")
     return lines

@@ -20,7 +20,9 @@ VARIABLES: dict[str, tuple[str, ...]] = {
     "num_nodes": ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"),
     "node_name": ("SLURMD_NODENAME",),
     "cpus_on_node": ("SLURM_CPUS_ON_NODE",),
-    "gpus": ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"),
+    # Slurm's ids (STEP first: a step on another node inherits the batch node's JOB_GPUS)
+    "gpus": ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"),
+    "gpu_count": ("SLURM_GPUS_ON_NODE",),  # count-only GRES (gres.conf without File=)
     "restart_count": ("SLURM_RESTART_COUNT",),
 }
 
@@ -91,6 +93,22 @@ def parse_gpus(value: str | None) -> list[str]:
     return [g.strip() for g in value.split(",") if g.strip()]
 
 
+def node_gpus(env: Mapping[str, str]) -> list[str]:
+    """The ids CUDA should use for this node's share: Slurm's list (SLURM_STEP_GPUS), or
+    CUDA_VISIBLE_DEVICES where it is Slurm's renumbering of that list under cgroups (0..n-1);
+    else CUDA's, else 0..n-1 from a count-only GRES. Another CUDA_VISIBLE_DEVICES may be a
+    stale copy (srun passes the submitting shell's on), so Slurm's list wins."""
+    slurm = parse_gpus(lookup(env, "gpus"))
+    cuda = parse_gpus(env.get("CUDA_VISIBLE_DEVICES"))
+    if slurm:
+        renumbered = cuda == [str(i) for i in range(len(slurm))]
+        return cuda if renumbered else slurm
+    if cuda:
+        return cuda
+    count = lookup(env, "gpu_count") or ""
+    return [str(i) for i in range(int(count))] if count.isdigit() else []
+
+
 def parse_cpus(value: str | None) -> int | None:
     """CPUs from SLURM_CPUS_ON_NODE; heterogeneous forms like '8(x2)' give the first count."""
     if value is None:
@@ -146,5 +164,30 @@ class NodeShare:
     @classmethod
     def from_env(cls, env: Mapping[str, str], hostname: str) -> NodeShare:
         name = lookup(env, "node_name") or hostname.split(".")[0]
-        return cls(name, parse_cpus(lookup(env, "cpus_on_node")),
-                   tuple(parse_gpus(lookup(env, "gpus"))))
+        return cls(name, parse_cpus(lookup(env, "cpus_on_node")), tuple(node_gpus(env)))
+
+
+def rocm_visible(env: Mapping[str, str]) -> dict[str, str]:
+    """env with HIP_VISIBLE_DEVICES added where Slurm set only ROCR_VISIBLE_DEVICES (LUMI):
+    Ray 2.60 refuses to start on AMD GPUs then. HIP ids index into ROCR's list, so HIP gets
+    0..n-1 (every GPU ROCR leaves visible), never a copy of ROCR's ids."""
+    out = dict(env)
+    if "ROCR_VISIBLE_DEVICES" in out and "HIP_VISIBLE_DEVICES" not in out:
+        rocr = parse_gpus(out["ROCR_VISIBLE_DEVICES"])
+        out["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(rocr)))
+    return out
+
+
+def ray_node_env(env: Mapping[str, str], gpus: tuple[str, ...], cache_dir: str) -> dict[str, str]:
+    """The environment of a node's `ray start`: its GPUs as the ids Ray hands out (Ray gives
+    each worker the entries of this list at its slots, NVIDIA via CUDA_VISIBLE_DEVICES, AMD
+    via HIP_VISIBLE_DEVICES) and MIOpen's caches in the job's node-local cache_dir (a shared
+    default is locked by other jobs), unless set."""
+    out = rocm_visible(env)
+    if gpus:
+        out["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        if "HIP_VISIBLE_DEVICES" not in out:
+            out["HIP_VISIBLE_DEVICES"] = out["CUDA_VISIBLE_DEVICES"]
+    for name in ("MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR"):
+        out.setdefault(name, cache_dir)
+    return out

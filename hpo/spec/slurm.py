@@ -1,15 +1,15 @@
-"""The `slurm:` section of an experiment YAML (also the keys of a site config file).
+"""The `slurm:` section of an experiment YAML (also the keys of a site profile).
 
-Site defaults (partition, account, modules, environment activation, network interface) can
-sit in a small YAML file passed with `--site`; the experiment's own `slurm:` keys override
-them, and command-line options override both.
+Site defaults (partition, account, modules, environment, network) come from a built-in
+profile (`--site lumi-g`) or a small YAML file (`--site FILE`, which may name a built-in as its
+`base:`); the experiment's own `slurm:` keys override them, command-line options override all.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     Field,
@@ -22,7 +22,12 @@ from pydantic import (
 
 from hpo.errors import ConfigError
 from hpo.spec._validation import FieldProblem, Strict, config_error
-from hpo.spec._yaml import parse_yaml
+from hpo.spec.site import site_layers
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOST_SUFFIX = re.compile(r"^[A-Za-z0-9-]*$")
+# Rendered as export NAME="VALUE": $VARS expand, nothing else may leave the quotes.
+_ENV_UNSAFE = ('"', "\\", "`", "\n")
 
 # Slurm's --time forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
@@ -62,9 +67,48 @@ class SlurmSettings(Strict):
     startup_timeout_s: PositiveFloat = 180
     job_dir: str = "~/.hpo/jobs"  # per-job token and addresses (shared file system)
     sbatch: list[str] = Field(default_factory=list)  # extra options, e.g. "--qos=normal"
+    # What one node of the machine has (site profiles): checked against, never asked for.
+    node_gpus: PositiveInt | None = None
+    node_cores: PositiveInt | None = None
+    cpus_per_gpu: PositiveInt | None = None  # --cpus-per-task when cpus_per_node is unset
+    gpu_option: Literal["gpus-per-node", "gres"] = "gpus-per-node"  # or --gres=gpu:N
+    hostname_suffix: str = ""  # Ray's address: this host's name + suffix (JSC: i, InfiniBand)
+    env: dict[str, str] = Field(default_factory=dict)  # exported in the job (merged by name)
+
+    @property
+    def cpus_per_task(self) -> int | None:
+        """The one task per node's CPUs: cpus_per_node, else cpus_per_gpu x gpus_per_node."""
+        if self.cpus_per_node is not None:
+            return self.cpus_per_node
+        if self.cpus_per_gpu is not None and self.gpus_per_node:
+            return self.cpus_per_gpu * self.gpus_per_node
+        return None
 
     @model_validator(mode="after")
     def _consistent(self) -> SlurmSettings:
+        self._check_time()
+        for option in self.sbatch:
+            if not option.startswith("-") or "\n" in option:
+                raise FieldProblem("sbatch", f"not an sbatch option: {option!r}",
+                                   "write options as on the command line, e.g. --qos=normal")
+        self._check_node_fits()
+        if not _HOST_SUFFIX.match(self.hostname_suffix):
+            raise FieldProblem("hostname_suffix", f"not a hostname suffix: "
+                               f"{self.hostname_suffix!r}", "letters, digits and - only, e.g. i")
+        self._check_env()
+        return self
+
+    def _check_env(self) -> None:
+        for name, value in self.env.items():
+            if not _ENV_NAME.match(name):
+                raise FieldProblem(f"env.{name}", f"not an environment variable name: {name!r}",
+                                   "letters, digits and _, not starting with a digit")
+            if any(c in value for c in _ENV_UNSAFE):
+                raise FieldProblem(f"env.{name}", f"cannot be exported as written: {value!r}",
+                                   "leave out quotes, backslashes, backticks and newlines "
+                                   "($VARIABLES are fine)")
+
+    def _check_time(self) -> None:
         try:
             limit = time_seconds(self.time)
         except ValueError:
@@ -73,31 +117,36 @@ class SlurmSettings(Strict):
         if self.requeue and self.signal_seconds >= limit:
             raise FieldProblem("signal_seconds", f"must be shorter than time ({limit} s), got "
                                f"{self.signal_seconds}", "lower signal_seconds or raise time")
-        for option in self.sbatch:
-            if not option.startswith("-") or "\n" in option:
-                raise FieldProblem("sbatch", f"not an sbatch option: {option!r}",
-                                   "write options as on the command line, e.g. --qos=normal")
-        return self
+
+    def _check_node_fits(self) -> None:
+        """Asking for more GPUs or cores than a node has would wait in the queue forever."""
+        if self.node_gpus is not None and self.gpus_per_node > self.node_gpus:
+            raise FieldProblem("gpus_per_node", f"must be <= node_gpus ({self.node_gpus}), "
+                               f"got {self.gpus_per_node}",
+                               "lower gpus_per_node, or raise node_gpus if your nodes have more")
+        cpus = self.cpus_per_task
+        if self.node_cores is not None and cpus is not None and cpus > self.node_cores:
+            field = "cpus_per_node" if self.cpus_per_node is not None else "cpus_per_gpu"
+            raise FieldProblem(field, f"asks {cpus} CPUs per node but node_cores is "
+                               f"{self.node_cores}", f"lower {field}")
 
 
-def merged_settings(spec_slurm: SlurmSettings, site: Path | None,
+def merged_settings(spec_slurm: SlurmSettings, site: str | Path | None,
                     options: dict[str, Any], source: str) -> SlurmSettings:
-    """Site file < the YAML's `slurm:` keys < command-line options (unset ones skipped)."""
+    """Built-in base < site file < the YAML's `slurm:` keys < command-line options (unset
+    ones skipped). `env` merges by variable name, so adding one keeps the site's others."""
     data: dict[str, Any] = {}
-    if site is not None:
-        try:
-            raw = parse_yaml(site.read_text(), str(site))
-        except OSError as exc:
-            raise ConfigError(str(site), "", f"cannot read the site file ({exc.strerror})",
-                              "check the --site path") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(str(site), "", "expected slurm keys (key: value)",
-                              "e.g. partition: booster")
-        data.update(_validated(raw, str(site)).model_dump(exclude_unset=True))
-    data.update(spec_slurm.model_dump(exclude_unset=True))
+    for layer_source, raw in site_layers(site) if site is not None else []:
+        _merge(data, _validated(raw, layer_source).model_dump(exclude_unset=True))
+    _merge(data, spec_slurm.model_dump(exclude_unset=True))
     given = {k: v for k, v in options.items() if v is not None}
-    data.update(given)
+    _merge(data, given)
     return _validated(data, source, prefix="slurm", options=set(given))
+
+
+def _merge(data: dict[str, Any], layer: dict[str, Any]) -> None:
+    for key, value in layer.items():
+        data[key] = {**data.get(key, {}), **value} if key == "env" else value
 
 
 def _validated(data: dict[str, Any], source: str, prefix: str = "",

@@ -1,0 +1,242 @@
+"""Built-in site profiles (`--site juwels-booster|jureca-dc|lumi-g`): a golden sbatch script
+each, site files built on them (`base:`), the order in which settings win, bad input ending in
+one line and exit 2, and the site's hostname suffix reaching the address Ray uses."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hpo.cli import app
+from hpo.cluster.network import node_address, suffixed
+from hpo.errors import SlurmEnvironmentError
+from hpo.spec.site import builtin_sites, site_layers
+from hpo.spec.slurm import SlurmSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+SITES = ["juwels-booster", "jureca-dc", "lumi-g"]
+SPACE = "tests/golden/site-space.yaml"
+REGENERATE = ("HPO_REGENERATE_GOLDEN=1 python -m pytest "
+              "tests/test_slurm_sites.py::test_site_renders_its_golden_file")
+
+GOOD = """\
+name: exp
+trainable: tests/test_trainables.py:steady
+metric: score
+mode: max
+"""
+
+
+def golden_args(site: str) -> list[str]:
+    return ["slurm", "render", SPACE, "--site", site, "--workdir", "/p/project/hpo",
+            "--storage", "/p/scratch/hpo/results"]
+
+
+def _invoke(args: list[str]) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, args)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        f"CLI crashed: {result.exception!r}")
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_the_built_ins_are_the_three_sites() -> None:
+    assert builtin_sites() == sorted(SITES)
+
+
+@pytest.mark.parametrize("site", SITES)
+def test_site_renders_its_golden_file(site: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    golden = Path(f"tests/golden/site-{site}.sbatch")
+    code, text, stderr = _invoke(golden_args(site))
+    assert code == 0, stderr
+    if os.environ.get("HPO_REGENERATE_GOLDEN"):
+        golden.write_text(text)
+    expected = golden.read_text()
+    if text != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
+                                            str(golden), "rendered now"))
+        pytest.fail(f"the rendered sbatch script of site {site} changed:\n{diff}\nIf the "
+                    f"change is intended, regenerate the golden files: {REGENERATE}")
+
+
+@pytest.mark.parametrize(("site", "lines"), [
+    ("juwels-booster", ["#SBATCH --gres=gpu:4", "#SBATCH --cpus-per-task=48",
+                        "#SBATCH --partition=booster", "module load Stages/2025 GCC OpenMPI"]),
+    ("jureca-dc", ["#SBATCH --gres=gpu:4", "#SBATCH --cpus-per-task=128",
+                   "#SBATCH --partition=dc-gpu"]),
+    ("lumi-g", ["#SBATCH --gpus-per-node=8", "#SBATCH --cpus-per-task=56",
+                "#SBATCH --partition=standard-g", "module load LUMI/24.03 partition/G",
+                'export NCCL_SOCKET_IFNAME="hsn0,hsn1,hsn2,hsn3"']),
+])
+def test_golden_site_scripts_hold_the_profile(site: str, lines: list[str]) -> None:
+    text = (ROOT / f"tests/golden/site-{site}.sbatch").read_text()
+    for line in lines:
+        assert line in text, line
+    assert f"--site {site}" in text  # `hpo slurm run` in the job reads the same profile
+    assert "NCCL_NET_GDR_LEVEL" not in text  # PHB is reported to hang on LUMI: left unset
+
+
+def test_lumi_leaves_miopen_to_the_node_process() -> None:
+    # Each node's process sets MIOpen's caches per job unless the environment already does:
+    # a profile value would override that with one path for every job.
+    env = SlurmSettings.model_validate(site_layers("lumi-g")[0][1]).env
+    assert env == {"NCCL_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3"}
+
+
+@pytest.mark.parametrize("site", SITES)
+def test_jsc_sites_use_infiniband_names_and_lumi_its_slingshot_nic(site: str) -> None:
+    settings = SlurmSettings.model_validate(site_layers(site)[0][1])
+    if site == "lumi-g":
+        assert (settings.interface, settings.hostname_suffix) == ("hsn0", "")
+    else:
+        assert (settings.interface, settings.hostname_suffix) == (None, "i")
+
+
+def test_site_file_builds_on_a_built_in(tmp_path: Path) -> None:
+    site, space = tmp_path / "site.yaml", tmp_path / "exp.yaml"
+    site.write_text("base: jureca-dc\naccount: my-proj\nenv: {NCCL_DEBUG: WARN}\n")
+    space.write_text(GOOD + "slurm: {env: {OMP_NUM_THREADS: '8'}}\n")
+    code, text, stderr = _invoke(["slurm", "render", str(space), "--site", str(site)])
+    assert code == 0, stderr
+    for line in ("#SBATCH --partition=dc-gpu", "#SBATCH --gres=gpu:4",  # from the base
+                 "#SBATCH --account=my-proj",  # from the file
+                 'export NCCL_DEBUG="WARN"', 'export OMP_NUM_THREADS="8"'):  # env: merged
+        assert line in text, line
+    assert f"--site {site.resolve()}" in text
+
+
+def test_precedence_built_in_then_site_file_then_yaml_then_command_line(
+        tmp_path: Path) -> None:
+    site, space = tmp_path / "site.yaml", tmp_path / "exp.yaml"
+    site.write_text("base: lumi-g\npartition: small-g\naccount: site-acct\ntime: '03:00:00'\n"
+                    "env: {NCCL_SOCKET_IFNAME: hsn0}\n")
+    space.write_text(GOOD + "slurm: {account: yaml-acct, time: '04:00:00', "
+                            "env: {NCCL_SOCKET_IFNAME: hsn1}}\n")
+    code, text, stderr = _invoke(["slurm", "render", str(space), "--site", str(site),
+                                  "--time", "05:00:00", "--gpus-per-node", "2"])
+    assert code == 0, stderr
+    assert "#SBATCH --partition=small-g" in text  # site file beats built-in
+    assert "#SBATCH --account=yaml-acct" in text  # YAML beats site file
+    assert "#SBATCH --time=05:00:00" in text  # command line beats all
+    assert 'export NCCL_SOCKET_IFNAME="hsn1"' in text  # YAML's env beats the site's
+    assert "#SBATCH --gpus-per-node=2" in text and "#SBATCH --cpus-per-task=14" in text
+
+
+BAD = [  # (id, --site value or None for a file, site file text, command-line, path, value)
+    ("unknown-built-in", "lumi", None, [], "--site", "'lumi'"),
+    ("unknown-base", None, "base: juwels\n", [], "base", "'juwels'"),
+    ("unknown-key-with-base", None, "base: lumi-g\npartiton: small-g\n", [], "partiton",
+     "did you mean 'partition'"),
+    ("more-gpus-than-a-node", "lumi-g", None, ["--gpus-per-node", "9"], "--gpus-per-node",
+     "node_gpus (8)"),
+    ("more-cpus-than-a-node", "juwels-booster", None, ["--cpus-per-node", "96"],
+     "--cpus-per-node", "node_cores is 48"),
+    ("bad-gres-form", None, "gpu_option: gpu\n", [], "gpu_option", "'gpu'"),
+    ("bad-suffix", None, "hostname_suffix: i.ib\n", [], "hostname_suffix", "'i.ib'"),
+    ("bad-env-name", None, "env: {1NCCL: x}\n", [], "env.1NCCL", "'1NCCL'"),
+    ("bad-env-value", None, "env: {NCCL_X: 'a\"b'}\n", [], "env.NCCL_X", "'a\"b'"),
+]
+
+
+@pytest.mark.parametrize(("site", "text", "options", "path", "value"),
+                         [case[1:] for case in BAD], ids=[case[0] for case in BAD])
+def test_bad_site_input_is_one_line(tmp_path: Path, site: str | None, text: str | None,
+                                    options: list[str], path: str, value: str) -> None:
+    space = tmp_path / "exp.yaml"
+    space.write_text(GOOD)
+    if site is None:
+        (tmp_path / "site.yaml").write_text(text or "")
+        site = str(tmp_path / "site.yaml")
+    code, stdout, stderr = _invoke(["slurm", "render", str(space), "--site", site, *options])
+    line = stderr.strip()
+    assert code == 2 and "\n" not in line and "Traceback" not in stdout + stderr, stderr
+    assert f"{path}: " in line and value in line and "Hint:" in line, line
+    assert stdout == ""
+
+
+def test_unknown_site_name_lists_the_built_ins(tmp_path: Path) -> None:
+    space = tmp_path / "exp.yaml"
+    space.write_text(GOOD)
+    code, _, stderr = _invoke(["slurm", "render", str(space), "--site", "juwels"])
+    assert code == 2 and ", ".join(sorted(SITES)) in stderr, stderr
+
+
+def test_missing_site_file_says_so(tmp_path: Path) -> None:
+    space = tmp_path / "exp.yaml"
+    space.write_text(GOOD)
+    code, _, stderr = _invoke(["slurm", "render", str(space), "--site",
+                               str(tmp_path / "nope.yaml")])
+    assert code == 2 and "cannot read the site file" in stderr and "lumi-g" in stderr
+
+
+@pytest.mark.parametrize(("host", "suffix", "expected"), [
+    ("jwb0001", "i", "jwb0001i"),
+    ("jwb0001.juwels", "i", "jwb0001i.juwels"),
+    ("jrc0712", "", "jrc0712"),
+    ("nid005000", "-ib", "nid005000-ib"),
+])
+def test_suffixed_names_the_infiniband_host(host: str, suffix: str, expected: str) -> None:
+    assert suffixed(host, suffix) == expected
+
+
+def test_node_address_resolves_the_suffixed_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = {"jwb0001": "10.0.0.1", "jwb0001i": "10.13.0.1"}
+
+    def resolve(host: str) -> str:
+        if host not in table:
+            raise OSError(host)
+        return table[host]
+
+    monkeypatch.setattr(socket, "gethostbyname", resolve)
+    assert node_address(None, "jwb0001") == "10.0.0.1"
+    assert node_address(None, "jwb0001", suffix="i") == "10.13.0.1"
+    with pytest.raises(SlurmEnvironmentError, match="hostname_suffix"):
+        node_address(None, "jwb0001", suffix="x")
+
+
+def test_node_process_passes_the_job_configs_suffix_on(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The job dir's config.json carries the settings to each node's process.
+    from hpo.cluster import node
+
+    (tmp_path / node.CONFIG_FILE).write_text(
+        '{"interface": null, "hostname_suffix": "i", "dashboard": false, "timeout": 1}')
+    seen: list[tuple[object, str]] = []
+
+    def address(interface: str | None, hostname: str | None = None, suffix: str = "") -> str:
+        seen.append((interface, suffix))
+        raise SlurmEnvironmentError("stop here")
+
+    monkeypatch.setattr(node, "node_address", address)
+    with pytest.raises(SlurmEnvironmentError, match="stop here"):
+        node.start_args("head", tmp_path, {"SLURM_JOB_ID": "7", "SLURM_CPUS_ON_NODE": "4"})
+    assert seen == [(None, "i")]
+
+
+def test_the_job_dir_hands_the_hostname_suffix_to_every_node(tmp_path: Path) -> None:
+    """bootstrap writes the settings each node's `hpo` reads (node.py picks its address)."""
+    import json
+
+    from hpo.cluster import node
+    from hpo.cluster.bootstrap import make_job_dir
+    from hpo.spec.slurm import SlurmSettings
+
+    job_dir = make_job_dir(str(tmp_path), "7", SlurmSettings(hostname_suffix="i"))
+    assert json.loads((job_dir / node.CONFIG_FILE).read_text())["hostname_suffix"] == "i"
+
+
+def test_a_rank_bigger_than_the_merged_node_share_is_refused(tmp_path: Path) -> None:
+    """The YAML alone is fine; with the profile and --gpus-per-node 2 a 4-GPU rank cannot run."""
+    space = tmp_path / "big-rank.yaml"
+    space.write_text("name: x\ntrainable: trainables.digits:train\nmetric: a\nmode: max\n"
+                     "distributed: {backend: ddp, workers: 2, gpus_per_worker: 4}\n")
+    assert _invoke(["slurm", "render", str(space), "--site", "lumi-g"])[0] == 0
+    code, _, stderr = _invoke(["slurm", "render", str(space), "--site", "lumi-g",
+                               "--gpus-per-node", "2"])
+    assert code == 2 and len(stderr.strip().splitlines()) == 1
+    assert "distributed.gpus_per_worker: one rank asks for 4 GPUs but a node has 2" in stderr

@@ -2,12 +2,31 @@
 # Set-up on a fresh machine: .venv with torch, hpo and Horovod (built from source, see
 # install-horovod.sh). With --test it adds the test tools and the system programs the tests
 # start themselves (a real Slurm, headless Chromium). Safe to run again: done steps are skipped.
+# With --wheelhouse DIR nothing is downloaded: every package comes from DIR, which
+# scripts/build-wheelhouse.sh makes on a machine with network (for compute nodes without any).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras=""
-if [ "${1:-}" = "--test" ]; then
-  extras="[test]"
+wheelhouse=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --test) extras="[test]" ;;
+    --wheelhouse)
+      if [ -z "${2:-}" ] || [ ! -d "$2" ]; then
+        echo "setup.sh: --wheelhouse needs an existing folder (scripts/build-wheelhouse.sh DIR)" >&2
+        exit 2
+      fi
+      wheelhouse=$(cd "$2" && pwd)
+      shift ;;
+    *) echo "usage: scripts/setup.sh [--test] [--wheelhouse DIR]" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -n "$wheelhouse" ]; then
+  # pip reads these in every call below, install-horovod's included; a Horovod wheel that
+  # build-wheelhouse copied from its cache is used when its key matches this machine.
+  export PIP_NO_INDEX=1 PIP_FIND_LINKS="$wheelhouse" HPO_HOROVOD_WHEELS="$wheelhouse/horovod"
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
@@ -31,7 +50,9 @@ if [ -n "$extras" ] && [ ${#test_system_packages[@]} -gt 0 ]; then
   for package in "${test_system_packages[@]}"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
   done
-  if [ ${#missing[@]} -gt 0 ]; then
+  if [ ${#missing[@]} -gt 0 ] && [ -n "$wheelhouse" ]; then
+    echo "setup.sh: offline, so not installing ${missing[*]} (the Slurm and report tests need them)"
+  elif [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     # A policy-rc.d keeps the packages' init scripts from starting system-wide daemons.
     own_policy=""

@@ -1,11 +1,14 @@
 """hpo: hyperparameter tuning for deep learning on Slurm clusters, on top of Ray Tune.
 
 Inside a trainable use `hpo.report` and `hpo.get_checkpoint` (and `hpo.dist`,
-`hpo.large_batch` for data-parallel training); from Python, `hpo.run` and `hpo.resume`.
+`hpo.large_batch` for data-parallel training); from Python, `hpo.run` and `hpo.resume` (with
+a function or Ray Tune class as the trainable, `hpo.with_parameters` for large objects) and
+`hpo.shutdown` to end the Ray they keep between runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,11 +18,12 @@ from hpo.session import get_checkpoint, report
 if TYPE_CHECKING:  # the driver imports Ray and pandas: only when a run starts
     from hpo.cluster.auth import RayCluster
     from hpo.driver.runner import RunResult
+    from hpo.driver.trainable import WithParameters
     from hpo.spec import Spec
 
 __all__ = [
     "ConfigError", "ExperimentError", "HpoError", "RunError", "TrainableImportError",
-    "get_checkpoint", "load_spec", "report", "resume", "run",
+    "get_checkpoint", "load_spec", "report", "resume", "run", "shutdown", "with_parameters",
 ]
 __version__ = "0.1.0"
 
@@ -39,18 +43,28 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> Spec:
     return _load(path, overrides)
 
 
-def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
-        name: str | None = None, num_cpus: int | None = None, source: str = "<spec>",
-        cluster: RayCluster | None = None) -> RunResult:
+def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Callable[..., Any] | None = None,
+        parameters: dict[str, Any] | None = None, callbacks: list[Any] | None = None,
+        storage: str | None = None, name: str | None = None, num_cpus: int | None = None,
+        source: str = "<spec>", cluster: RayCluster | None = None,
+        keep_ray: bool = True) -> RunResult:
     """Run an experiment on an embedded local Ray, or on a running cluster.
 
     Args:
-        spec: a Spec, the YAML's mapping, or the path of a YAML file.
+        spec: a Spec, the YAML's mapping, or the path of a YAML file; its `trainable` may be
+            a function, closure, functools.partial or ray.tune.Trainable class.
+        trainable: the function or class to tune, instead of the spec's `trainable`.
+        parameters: large objects (datasets, models) every trial gets as keyword arguments,
+            `trainable(config, **parameters)`: put in Ray's object store once, not copied
+            into each trial's config (as `with_parameters`).
+        callbacks: Ray Tune callbacks (`ray.tune.Callback`), e.g. your own on_trial_result.
         storage: results root (default: the spec's `storage`); the folder is storage/name.
         name: experiment folder name (default: the spec's `name`).
         num_cpus: CPUs of the embedded Ray (default: all of this machine's).
         source: how errors name the spec (a file name).
         cluster: a running Ray cluster to use instead (a Slurm job's own).
+        keep_ray: leave the embedded Ray running for the next run in this process (a
+            notebook's next run skips Ray's start-up); `hpo.shutdown()` ends it.
 
     Returns:
         RunResult: the folder, one row per trial (pandas) and the best config.
@@ -61,23 +75,50 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
     """
     from hpo.driver.runner import run as _run
 
-    return _run(spec, storage=storage, name=name, num_cpus=num_cpus, source=source,
-                cluster=cluster)
+    return _run(spec, trainable=trainable, parameters=parameters, callbacks=callbacks,
+                storage=storage, name=name, num_cpus=num_cpus, source=source, cluster=cluster,
+                keep_ray=keep_ray)
 
 
-def resume(experiment_dir: str | Path, *, num_cpus: int | None = None,
-           cluster: RayCluster | None = None) -> RunResult:
+def resume(experiment_dir: str | Path, *, trainable: Callable[..., Any] | None = None,
+           parameters: dict[str, Any] | None = None, num_cpus: int | None = None,
+           cluster: RayCluster | None = None, keep_ray: bool = True) -> RunResult:
     """Continue an interrupted experiment: finished trials stay, unfinished ones continue
     from their last checkpoint, errored ones are retried.
 
     Args:
         experiment_dir: the experiment folder (it holds hpo-spec.yaml).
+        trainable: the function or class the run was started with from Python (its
+            hpo-spec.yaml can only name it); replaces the saved one otherwise.
+        parameters: the large objects the run was started with, if any.
         num_cpus: CPUs of the embedded Ray (default: all).
         cluster: a running Ray cluster to use instead.
+        keep_ray: leave the embedded Ray running for the next run, as in `run`.
 
     Returns:
         RunResult, as `run` gives it.
     """
     from hpo.driver.runner import resume as _resume
 
-    return _resume(experiment_dir, num_cpus=num_cpus, cluster=cluster)
+    return _resume(experiment_dir, trainable=trainable, parameters=parameters,
+                   num_cpus=num_cpus, cluster=cluster, keep_ray=keep_ray)
+
+
+def with_parameters(trainable: Callable[..., Any], **objects: Any) -> WithParameters:
+    """The trainable, called as `trainable(config, **objects)` in every trial (a class:
+    `setup(config, **objects)`); each object goes into Ray's object store once per run, and
+    data-parallel ranks read it from there too (numpy arrays: shared memory, read-only).
+
+    Example:
+        >>> hpo.run(spec, trainable=hpo.with_parameters(train, data=big_array))
+    """
+    from hpo.driver.trainable import with_parameters as _bind
+
+    return _bind(trainable, **objects)
+
+
+def shutdown() -> None:
+    """End the embedded Ray that `run`/`resume` keep between runs (no-op if none)."""
+    from hpo.driver.ray_session import shutdown as _shutdown
+
+    _shutdown()

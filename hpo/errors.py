@@ -44,3 +44,15 @@ class SlurmEnvironmentError(HpoError):
 
 class ClusterStartError(HpoError):
     """The job's own Ray cluster did not come up on every node of the allocation."""
+
+
+class LeaseError(HpoError):
+    """Another `hpo run`/`resume` (or Slurm job) is writing the same experiment folder."""
+
+    exit_code = 3
+
+
+class StorageError(HpoError):
+    """The experiment's file system is full, over quota or no longer writable."""
+
+    exit_code = 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,13 @@ def command_lines() -> list[str]:
         except OSError:  # the process ended meanwhile
             continue
     return lines
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_ray_left_between_modules() -> Iterator[None]:
+    """`hpo.run` from Python keeps its embedded Ray for the next run (as in a notebook): end it
+    after each test module, so a later module starts from a machine without a Ray."""
+    yield
+    import hpo
+
+    hpo.shutdown()

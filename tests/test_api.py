@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,13 @@ import hpo
 from hpo.results import load_results
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _end_the_kept_ray() -> Iterator[None]:
+    """hpo.run keeps its Ray for the next run; later modules expect none running."""
+    yield
+    hpo.shutdown()
 
 
 def test_run_returns_dataframe_and_best_config(tmp_path: Path) -> None:

@@ -290,6 +290,10 @@ CASES = [
     Case("trial-gpus-fraction-above-one", sub("cpus_per_trial: 1", "cpus_per_trial: 1\n  "
                                               "gpus_per_trial: 2.5"),
          "resources.gpus_per_trial", "2.5", ("whole GPUs",)),
+    Case("class-trainable-on-ranks", sub("trainable: trainables.digits:train",
+                                         "trainable: ray.tune.utils.mock_trainable:"
+                                         "MyTrainableClass", NO_RESOURCES + DIST),
+         "distributed", "MyTrainableClass", ("one-process trial",)),
     Case("rank-more-gpus-than-a-node", NO_RESOURCES + DIST + "  gpus_per_worker: 8\n"
          "slurm:\n  gpus_per_node: 4\n", "distributed.gpus_per_worker", "8",
          ("a node has 4",)),

@@ -44,14 +44,12 @@ def _options(debug: bool = typer.Option(False, "--debug", help="Show tracebacks.
 @guarded
 def validate(space: Path, overrides: list[str] | None = SetOption) -> None:
     """Check SPACE.yaml (keys, values, the trainable's import) and print the plan."""
-    from hpo.driver.trainable import load_trainable
-    from hpo.ranks import check_backend
+    from hpo.driver.translate import user_trainable
     from hpo.spec.load import load_spec
     from hpo.spec.plan import summarize
 
     spec = load_spec(space, overrides)
-    load_trainable(spec.trainable, str(space))
-    check_backend(spec, str(space))
+    user_trainable(spec, str(space))  # imports it; checks the backend and a class's limits
     for key, value in summarize(spec).items():
         out.print(f"[bold]{key:<12}[/bold] {value}", highlight=False, soft_wrap=True)
     out.print(f"{space}: OK")

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hpo.driver.storage_faults import storage_error
 from hpo.errors import HpoError
 
 
@@ -37,11 +38,14 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except HpoError as exc:
+        except (HpoError, OSError) as exc:
+            error = exc if isinstance(exc, HpoError) else storage_error(exc)
+            if error is None:  # not a full or read-only disk: a bug, with its traceback
+                raise
             if state["debug"]:
                 traceback.print_exc()
-            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(exc.exit_code) from None
+            err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(error.exit_code) from None
 
     return wrapper
 

@@ -20,12 +20,13 @@ from hpo.errors import ConfigError, SlurmEnvironmentError
 
 slurm_app = typer.Typer(no_args_is_help=True, help="Run experiments on a Slurm cluster.")
 
-Site = typer.Option(None, "--site", help="Site defaults (YAML with slurm: keys).")
+Site = typer.Option(None, "--site", help="Site defaults: a built-in profile (juwels-booster, "
+                    "jureca-dc, lumi-g) or a YAML file of slurm: keys (may set base: NAME).")
 Storage = typer.Option(None, help="Results root (default: the YAML's storage).")
 Name = typer.Option(None, help="Experiment folder name (default: the YAML's name).")
 
 
-def _settings(space: Path, overrides: list[str] | None, site: Path | None,
+def _settings(space: Path, overrides: list[str] | None, site: str | None,
               options: dict[str, Any], check_import: bool = True) -> tuple[Any, Any]:
     """The validated spec and its merged slurm settings; nothing is started."""
     from hpo.driver.trainable import load_trainable
@@ -35,18 +36,20 @@ def _settings(space: Path, overrides: list[str] | None, site: Path | None,
     spec = load_spec(space, overrides)
     if check_import:
         load_trainable(spec.trainable, str(space))
-    return spec, merged_settings(spec.slurm, site, options, str(space))
+    settings = merged_settings(spec.slurm, site, options, str(space))
+    return spec.with_slurm(settings, str(space)), settings
 
 
-def _render(space: Path, overrides: list[str] | None, site: Path | None, storage: str | None,
+def _render(space: Path, overrides: list[str] | None, site: str | None, storage: str | None,
             name: str | None, workdir: Path | None, sbatch: SbatchOptions) -> str:
     from hpo.cluster.sbatch import render_sbatch
+    from hpo.spec.site import site_argument
 
     spec, settings = _settings(space, overrides, site, sbatch.given())
     return render_sbatch(spec.name, str(space), settings,
                          workdir=str(workdir or settings.workdir or Path.cwd()),
                          storage=storage, run_name=name,
-                         site=str(site.resolve()) if site else None, overrides=overrides or [])
+                         site=site_argument(site) if site else None, overrides=overrides or [])
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ _Workdir = typer.Option(None, "--workdir", help="Folder the job runs in (default
 @with_sbatch_options
 def render(space: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdir,
            output: Path | None = typer.Option(None, "-o", "--output"),
-           site: Path | None = Site, storage: str | None = Storage, name: str | None = Name,
+           site: str | None = Site, storage: str | None = Storage, name: str | None = Name,
            overrides: list[str] | None = SetOption) -> None:
     """Print (or write with -o) the sbatch script for SPACE.yaml."""
     text = _render(space, overrides, site, storage, name, workdir, sbatch)
@@ -122,7 +125,7 @@ def render(space: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdir,
 def submit(space: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdir,
            output: Path | None = typer.Option(None, "-o", "--output",
                                               help="Also keep the script here."),
-           site: Path | None = Site, storage: str | None = Storage, name: str | None = Name,
+           site: str | None = Site, storage: str | None = Storage, name: str | None = Name,
            overrides: list[str] | None = SetOption) -> None:
     """Render the sbatch script for SPACE.yaml, submit it with sbatch, print the job id."""
     text = _render(space, overrides, site, storage, name, workdir, sbatch)
@@ -142,13 +145,12 @@ def submit(space: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdir,
 
 @slurm_app.command("run")
 @guarded
-def run_job(space: Path, site: Path | None = Site, storage: str | None = Storage,
+def run_job(space: Path, site: str | None = Site, storage: str | None = Storage,
             name: str | None = Name, overrides: list[str] | None = SetOption) -> None:
     """Inside an allocation (the sbatch script): start Ray on all nodes, run or resume."""
     from hpo.driver.slurm import run_in_allocation
 
-    spec, settings = _settings(space, overrides, site, {})
-    spec = spec.model_copy(update={"slurm": settings})
+    spec, _ = _settings(space, overrides, site, {})
     finish(run_in_allocation(spec, storage=storage, name=name, source=str(space),
                               report=lambda line: err.print(line, highlight=False)))
 

@@ -53,10 +53,12 @@ class LiveProgress(TrialProgressCallback):
             self._best = (float(value), trial.trial_id, dict(trial.config))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        pass  # shown by the next redraw
+        # Shown by the next redraw; only running trials' results are kept (10,000 trials'
+        # last results held 10-20 MB in the driver).
+        self._latest.pop(trial.trial_id, None)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        pass  # shown by the next redraw; the summary lists failed trials
+        self._latest.pop(trial.trial_id, None)  # the summary lists failed trials
 
     def _better(self, value: float) -> bool:
         best = self._best[0]  # type: ignore[index]

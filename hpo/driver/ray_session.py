@@ -1,5 +1,7 @@
 """An embedded Ray private to one run (its own temp dir, token and no dashboard), or a
 connection to an already running cluster (a Slurm job's own) by explicit address and token.
+A run from Python may keep its embedded Ray for the next run in the same process (a notebook
+skips Ray's start-up); `shutdown()` ends it.
 
 Token auth is on with a per-run token in a 0600 file (so other users on a shared login node
 cannot attach), and nothing is written to ~/.ray (which would flip later `ray start`s of the
@@ -9,21 +11,62 @@ Ray starts without the two helper processes a one-machine run never uses (see _l
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from hpo.cluster.auth import RayCluster, new_token, token_env
+from hpo.cluster.slurm_env import rocm_visible
+from hpo.driver import storage_faults
 from hpo.driver.run_dir import private_run_dir
 
+_RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.data")
 
-def _log_ray_to(log_file: Path) -> None:
+
+class _RunLog(logging.FileHandler):
+    """hpo.log, which lies on the experiment's file system: when that is full, a failed write
+    is noted as the run's storage fault instead of Python's "--- Logging error ---" traceback
+    on stderr (one per Ray log line: hundreds), and the log goes quiet. The records are also
+    watched for Ray's own reports of storage faults (a trial's checkpoint upload)."""
+
+    _broken = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        watch = storage_faults.current()
+        if watch and record.levelno >= logging.WARNING:
+            found = storage_faults.classify(record.exc_info[1] if record.exc_info else None)
+            if not watch.note(found):
+                watch.note_text(record.getMessage())
+        if not self._broken:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        fault = storage_faults.classify(sys.exc_info()[1])
+        watch = storage_faults.current()
+        if fault is None:
+            super().handleError(record)
+        elif watch:
+            watch.note(storage_faults.Fault(fault.errno, self.baseFilename))
+        self._broken = fault is not None
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as exc:
+            if storage_faults.classify(exc) is None:
+                raise
+
+
+def _log_ray_to(log_file: Path) -> logging.Handler:
     """Send the driver's Ray log records to the run's log file instead of the terminal."""
-    handler = logging.FileHandler(log_file)
+    handler = _RunLog(log_file)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    for name in ("ray", "ray.tune", "ray.train", "ray.data"):
+    for name in _RAY_LOGGERS:
         logger = logging.getLogger(name)
         for old in list(logger.handlers):
             if isinstance(old, logging.StreamHandler) and not isinstance(
@@ -31,6 +74,14 @@ def _log_ray_to(log_file: Path) -> None:
                 logger.removeHandler(old)
         logger.addHandler(handler)
         logger.propagate = False
+    return handler
+
+
+def _stop_logging(handler: logging.Handler) -> None:
+    """A kept Ray serves the next run, which logs to its own folder."""
+    for name in _RAY_LOGGERS:
+        logging.getLogger(name).removeHandler(handler)
+    handler.close()
 
 
 @contextlib.contextmanager
@@ -55,24 +106,70 @@ def _lean_head() -> Iterator[None]:
         RayParams.__init__ = original  # type: ignore[method-assign]
 
 
-@contextlib.contextmanager
-def embedded_ray(log_file: Path, num_cpus: int | None = None,
-                 num_gpus: int | None = None) -> Iterator[dict[str, float]]:
-    """Start a private local Ray, yield its resources, shut it down and remove its files."""
+# Ray 2.60 on AMD GPUs fails at `import ray` (in any thread: the trainable is imported beside
+# ray.init) when ROCR_VISIBLE_DEVICES is set alone, as LUMI's Slurm does: add HIP's 0..n-1,
+# before anything imports ray. It selects what ROCR already selects, so it stays set.
+os.environ.update(rocm_visible(os.environ))
+
+
+# The embedded Ray that `keep=True` left running for the next run in this process (a
+# notebook), with what it was started with; `shutdown()` ends it.
+_kept: contextlib.ExitStack | None = None
+_kept_args: tuple[int | None, int | None] | None = None
+
+
+def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
+    """A private local Ray; closing the returned stack shuts it down and removes its files."""
     import ray
 
-    with private_run_dir() as run_dir, token_env(new_token(run_dir)):
+    stack = contextlib.ExitStack()
+    try:
+        run_dir = stack.enter_context(private_run_dir())
+        stack.enter_context(token_env(new_token(run_dir)))
         with _lean_head():
             # Ray makes its temp dir world-writable (made for a shared /tmp/ray): give it a
             # child of the private run dir, so nobody else can enter it at any time.
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                      _temp_dir=str(run_dir / "r"), log_to_driver=False,
                      logging_level=logging.WARNING)
-        try:
-            _log_ray_to(log_file)
-            yield ray.cluster_resources()
-        finally:
-            ray.shutdown()
+    except BaseException:
+        stack.close()  # undo what was done
+        raise
+    stack.callback(ray.shutdown)
+    return stack
+
+
+def shutdown() -> None:
+    """End the embedded Ray a run kept (no-op when none is kept)."""
+    global _kept, _kept_args
+    stack, _kept, _kept_args = _kept, None, None
+    if stack is not None:
+        stack.close()
+
+
+@contextlib.contextmanager
+def embedded_ray(log_file: Path, num_cpus: int | None = None, num_gpus: int | None = None,
+                 keep: bool = False) -> Iterator[dict[str, float]]:
+    """Start a private local Ray (or reuse the one an earlier run kept, if started alike),
+    yield its resources; then shut it down and remove its files, or with `keep`, leave it
+    running for the next run in this process."""
+    global _kept, _kept_args
+    import ray
+
+    if _kept is not None and (_kept_args != (num_cpus, num_gpus) or not ray.is_initialized()):
+        shutdown()
+    stack, _kept, _kept_args = _kept or _start(num_cpus, num_gpus), None, None
+    handler = _log_ray_to(log_file)
+    try:
+        yield ray.cluster_resources()
+    finally:
+        _stop_logging(handler)
+        if keep:
+            _kept, _kept_args = stack, (num_cpus, num_gpus)
+            atexit.unregister(shutdown)  # registered once, to remove the run dir at exit
+            atexit.register(shutdown)
+        else:
+            stack.close()
 
 
 @contextlib.contextmanager
@@ -81,6 +178,7 @@ def connected_ray(cluster: RayCluster, log_file: Path) -> Iterator[dict[str, flo
     resources, disconnect (the cluster itself is left running for its owner to stop)."""
     import ray
 
+    shutdown()  # an embedded Ray kept by an earlier run: one connection per process
     with token_env(cluster.token_file):
         ray.init(address=cluster.address, _node_ip_address=cluster.node_ip,
                  log_to_driver=False, logging_level=logging.WARNING)

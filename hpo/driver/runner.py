@@ -13,12 +13,15 @@ import yaml
 
 from hpo.cluster.auth import RayCluster
 from hpo.driver import translate
+from hpo.driver.lease import experiment_lease
 from hpo.driver.ray_session import connected_ray, embedded_ray
-from hpo.driver.trainable import check_findable
+from hpo.driver.storage_faults import storage_guard
+from hpo.driver.trainable import check_findable, python_name
+from hpo.driver.wrapper import objects_in_store
 from hpo.errors import ConfigError, ExperimentError, RunError
 from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
 from hpo.spec.load import load_spec, spec_from_dict
-from hpo.spec.model import Spec
+from hpo.spec.model import PYTHON_TRAINABLE, Spec
 from hpo.spec.plan import trial_count
 from hpo.spec.schedulers import seeded_scheduler_draws
 
@@ -51,12 +54,24 @@ class RunResult:
                 f"error.txt in the trial folders; `hpo resume {self.path}` retries them")
 
 
-def _as_spec(spec: Spec | dict[str, Any] | str | Path, source: str) -> tuple[Spec, str]:
-    if isinstance(spec, Spec):
-        return spec, source
-    if isinstance(spec, dict):
-        return spec_from_dict(spec), "<dict>"
-    return load_spec(spec), str(spec)
+def _as_spec(spec: Spec | dict[str, Any] | str | Path, source: str,
+             trainable: Any = None) -> tuple[Spec, str]:
+    """The validated spec; `trainable` (from Python) replaces or fills in its trainable."""
+    if isinstance(spec, (str, Path)):  # a YAML file for Python use may leave trainable out
+        source = str(spec)
+        spec = load_spec(spec, [f"trainable={PYTHON_TRAINABLE}:x"] if trainable else None)
+    elif isinstance(spec, dict):
+        source = "<dict>"
+    if trainable is None:
+        return (spec if isinstance(spec, Spec) else spec_from_dict(spec, source)), source
+    data = spec.model_dump(exclude={"trainable"}, exclude_unset=True) if isinstance(
+        spec, Spec) else spec
+    return spec_from_dict({**data, "trainable": trainable}, source), source
+
+
+def _check_findable(spec: Spec, source: str) -> None:
+    if isinstance(spec.trainable, str):  # a wrong name fails before anything starts
+        check_findable(spec.trainable, source)
 
 
 def _check_fits(spec: Spec, source: str, cluster: dict[str, float]) -> None:
@@ -92,9 +107,9 @@ def _check_node_fits(spec: Spec, source: str, nodes: list[dict[str, float]]) -> 
 
 @contextlib.contextmanager
 def _ray_for(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None,
-             cluster: RayCluster | None = None) -> Iterator[None]:
+             cluster: RayCluster | None = None, keep_ray: bool = False) -> Iterator[None]:
     session = (connected_ray(cluster, exp_dir / LOG_FILE) if cluster
-               else embedded_ray(exp_dir / LOG_FILE, num_cpus=num_cpus))
+               else embedded_ray(exp_dir / LOG_FILE, num_cpus=num_cpus, keep=keep_ray))
     with session as resources:
         import ray
 
@@ -105,36 +120,47 @@ def _ray_for(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None,
 
 @contextlib.contextmanager
 def _ray_and_trainable(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None,
-                       cluster: RayCluster | None) -> Iterator[Any]:
+                       cluster: RayCluster | None, parameters: dict[str, Any] | None = None,
+                       keep_ray: bool = False) -> Iterator[Any]:
     """Ray, and the trainable imported in a thread meanwhile: importing torch (about 2 s)
-    overlaps `ray.init` (about 3 s, mostly waiting for Ray's processes)."""
+    overlaps `ray.init` (about 3 s, mostly waiting for Ray's processes). `parameters` go into
+    Ray's object store once, for the whole run."""
     with ThreadPoolExecutor(1, thread_name_prefix="hpo-import") as pool:
-        importing = pool.submit(translate.trainable, spec, source)
-        with _ray_for(spec, source, exp_dir, num_cpus, cluster):
-            yield importing.result()
+        importing = pool.submit(translate.user_trainable, spec, source, parameters)
+        with _ray_for(spec, source, exp_dir, num_cpus, cluster, keep_ray):
+            func, objects = importing.result()
+            with objects_in_store(objects) as holder:
+                yield translate.trainable(spec, func, holder)
 
 
-def run(spec: Spec | dict[str, Any] | str | Path, *, storage: str | None = None,
-        name: str | None = None, num_cpus: int | None = None,
-        source: str = "<spec>", cluster: RayCluster | None = None) -> RunResult:
+def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
+        parameters: dict[str, Any] | None = None, callbacks: list[Any] | None = None,
+        storage: str | None = None, name: str | None = None, num_cpus: int | None = None,
+        source: str = "<spec>", cluster: RayCluster | None = None,
+        keep_ray: bool = False) -> RunResult:
     """Run an experiment on an embedded Ray, or on `cluster` (a running one, e.g. a Slurm
-    job's own); the folder is `<storage>/<name>`.
+    job's own); the folder is `<storage>/<name>`. `trainable` (a function or Ray Tune class)
+    replaces the spec's; `parameters` reach every trial by reference; `callbacks` go to Tune;
+    `keep_ray` leaves the embedded Ray running for the next run in this process.
 
     Example:
         >>> result = hpo.run("search_spaces/digits-asha.yaml", storage="/tmp/r")
         >>> result.best_config
     """
-    spec, source = _as_spec(spec, source)
-    check_findable(spec.trainable, source)  # a wrong name fails before anything starts
+    spec, source = _as_spec(spec, source, trainable)
+    _check_findable(spec, source)
     exp_dir = Path(storage or spec.storage).expanduser().resolve() / (name or spec.name)
-    if (exp_dir / SPEC_FILE).exists():
-        raise ExperimentError(f"{exp_dir}: an experiment already exists here. Hint: "
-                              f"`hpo resume {exp_dir}` continues it; --name starts another")
-    mirror = _optuna_mirror(spec, source, exp_dir.name)  # a bad optuna_storage fails here
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    with _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster) as trainable:
-        (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec), sort_keys=False))
-        _fit(translate.tuner(spec, trainable, exp_dir, mirror), spec)
+    # The lease before the check: two runs started at once raced into one folder.
+    with storage_guard(exp_dir), experiment_lease(exp_dir):
+        if (exp_dir / SPEC_FILE).exists():
+            raise ExperimentError(f"{exp_dir}: an experiment already exists here. Hint: "
+                                  f"`hpo resume {exp_dir}` continues it; --name starts another")
+        mirror = _optuna_mirror(spec, source, exp_dir.name)  # a bad optuna_storage fails here
+        with _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster, parameters,
+                                keep_ray) as tune_trainable:
+            (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec), sort_keys=False))
+            _fit(translate.tuner(spec, tune_trainable, exp_dir, [*mirror, *(callbacks or [])]),
+                 spec)
     return _outcome(exp_dir, spec)
 
 
@@ -147,29 +173,49 @@ def _optuna_mirror(spec: Spec, source: str, study_name: str) -> list[Any]:
 
 
 def _portable(spec: Spec) -> dict[str, Any]:
-    """The spec as YAML data, with a file trainable made absolute so resume finds it."""
-    data = spec.model_dump(mode="json")
+    """The spec as YAML data, with a file trainable made absolute so resume finds it; one
+    from Python only named (`<python>:train`): `hpo.resume(path, trainable=...)` needs it."""
+    data = spec.model_dump(mode="json", exclude={"trainable"})
+    if not isinstance(spec.trainable, str):
+        return {"name": data.pop("name"), "trainable": python_name(spec.trainable), **data}
     target, _, func = spec.trainable.rpartition(":")
-    if target.endswith(".py"):
-        data["trainable"] = f"{Path(target).resolve()}:{func}"
-    return data
+    ref = f"{Path(target).resolve()}:{func}" if target.endswith(".py") else spec.trainable
+    return {"name": data.pop("name"), "trainable": ref, **data}
 
 
-def resume(experiment_dir: str | Path, *, num_cpus: int | None = None,
-           cluster: RayCluster | None = None) -> RunResult:
+def resume(experiment_dir: str | Path, *, trainable: Any = None,
+           parameters: dict[str, Any] | None = None, num_cpus: int | None = None,
+           cluster: RayCluster | None = None, keep_ray: bool = False) -> RunResult:
     """Continue an interrupted experiment: finished trials stay, unfinished ones continue
-    from their last checkpoint, errored ones are retried."""
+    from their last checkpoint, errored ones are retried. One started from Python needs its
+    `trainable` (and `parameters`) again."""
     exp_dir = Path(experiment_dir).expanduser().resolve()
     source = str(exp_dir / SPEC_FILE)
-    spec = spec_from_dict(saved_spec(exp_dir), source)
-    check_findable(spec.trainable, source)
-    with _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster) as trainable:
+    spec = _saved_spec(exp_dir, source, trainable)
+    _check_findable(spec, source)
+    with (storage_guard(exp_dir), experiment_lease(exp_dir, "resume"),
+          _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster, parameters,
+                             keep_ray) as tune_trainable):
         from ray import tune  # loaded by the import thread meanwhile
 
-        tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
-                                   resume_errored=True)
+        tuner = tune.Tuner.restore(str(exp_dir), trainable=tune_trainable,
+                                   resume_unfinished=True, resume_errored=True)
         _fit(tuner, spec)
     return _outcome(exp_dir, spec)
+
+
+def _saved_spec(exp_dir: Path, source: str, trainable: Any) -> Spec:
+    data = saved_spec(exp_dir)
+    if trainable is not None:
+        return spec_from_dict({**data, "trainable": trainable}, source)
+    saved = str(data.get("trainable", ""))
+    if saved.startswith(f"{PYTHON_TRAINABLE}:"):
+        name = saved.partition(":")[2]
+        raise ExperimentError(f"{exp_dir}: started from Python with the trainable {name}, which "
+                              f"{SPEC_FILE} cannot hold. Hint: resume it from Python: "
+                              f"hpo.resume('{exp_dir}', trainable={name}) (with parameters=... "
+                              "if the run had them)")
+    return spec_from_dict(data, source)
 
 
 def _fit(tuner: Any, spec: Spec) -> None:

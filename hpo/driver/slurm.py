@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hpo.cluster.bootstrap import ray_cluster
 from hpo.cluster.slurm_env import Allocation
+from hpo.driver.lease import experiment_lease
 from hpo.driver.runner import RunResult, resume, run
 from hpo.errors import RunError
 from hpo.results import SPEC_FILE
@@ -44,7 +45,10 @@ def run_in_allocation(spec: Spec, *, storage: str | None = None, name: str | Non
     alloc = Allocation.from_env(env)
     exp_dir = Path(storage or spec.storage).expanduser().resolve() / (name or spec.name)
     started = time.monotonic()
-    with ray_cluster(alloc, spec.slurm, exp_dir / f"slurm-{alloc.job_id}") as cluster:
+    # The lease first: a second job on the same folder is refused before it starts Ray, and
+    # a requeue of this job takes it over (run/resume below share it).
+    with (experiment_lease(exp_dir, env=env),
+          ray_cluster(alloc, spec.slurm, exp_dir / f"slurm-{alloc.job_id}") as cluster):
         report(f"hpo: Ray cluster ready on {len(alloc.nodes)} node(s) "
                f"({', '.join(alloc.nodes)}) after {time.monotonic() - started:.1f} s; "
                f"head {cluster.address}")

@@ -1,17 +1,92 @@
-"""Importing the user's trainable (`pkg.module:function` or `path/file.py:function`); the
-wrapper that runs it as a one-process trial is hpo.driver.wrapper."""
+"""The user's trainable: imported from text (`pkg.module:function`, `path/file.py:function`)
+or handed over from Python (a function, closure, partial, Ray Tune class, or one bound to
+large objects by `with_parameters`); the wrapper that runs it as a trial is
+hpo.driver.wrapper."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
+import re
+import site
 import sys
+import sysconfig
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
-from hpo.errors import TrainableImportError
+from hpo.errors import ConfigError, TrainableImportError
 from hpo.session import Trainable
 from hpo.spec._validation import did_you_mean
+from hpo.spec.model import PYTHON_TRAINABLE, target
+
+
+@dataclasses.dataclass(frozen=True)
+class WithParameters:
+    """A trainable and the large objects each trial gets as keyword arguments; hpo puts them
+    in Ray's object store once per run (see `with_parameters`)."""
+
+    trainable: Any
+    objects: dict[str, Any]
+
+    @property
+    def __wrapped__(self) -> Any:  # what the spec checks (a class cannot run on ranks)
+        return self.trainable
+
+    def __call__(self, config: dict[str, Any]) -> Any:
+        """Outside Ray (a quick try in a notebook): call it with the objects themselves."""
+        return self.trainable(config, **self.objects)
+
+
+def with_parameters(trainable: Any, **objects: Any) -> WithParameters:
+    """`trainable(config, **objects)` in every trial, each object put in Ray's store once."""
+    if isinstance(trainable, WithParameters):
+        return WithParameters(trainable.trainable, {**trainable.objects, **objects})
+    return WithParameters(trainable, objects)
+
+
+def resolve(trainable: str | Any, source: str,
+            parameters: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    """(the function or class to run, the objects it gets by reference)."""
+    found = load_trainable(trainable, source) if isinstance(trainable, str) else trainable
+    bound = with_parameters(found, **(parameters or {}))
+    if isinstance(bound.trainable, WithParameters | str) or not callable(bound.trainable):
+        raise ConfigError(source, "trainable", f"cannot run {bound.trainable!r:.60}",
+                          "pass a function f(config) or a ray.tune.Trainable class")
+    _ship_by_value(target(bound.trainable))
+    return bound.trainable, bound.objects
+
+
+def _ship_by_value(func: Any) -> None:
+    """Ray's workers import a function's module by name; they find only installed packages,
+    the driver's cwd and its script's folder. A function from anywhere else (a module next to
+    a notebook, a test file, a script imported from another folder) travels by value, as
+    `__main__`'s do."""
+    module = sys.modules.get(getattr(func, "__module__", None) or "")
+    file = getattr(module, "__file__", None)
+    if module is None or file is None or module.__name__.split(".")[0] in ("hpo", "ray"):
+        return
+    installed = {*site.getsitepackages(), site.getusersitepackages(),
+                 sysconfig.get_paths()["stdlib"]}
+    if any(Path(file).resolve().is_relative_to(Path(root).resolve()) for root in installed):
+        return
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
+
+
+def python_name(trainable: Any) -> str:
+    """How hpo-spec.yaml names a trainable passed from Python: `<python>:train`."""
+    name = getattr(target(trainable), "__name__", type(trainable).__name__)
+    return f"{PYTHON_TRAINABLE}:{re.sub(r'[^A-Za-z0-9_]', '_', name) or 'trainable'}"
+
+
+def resets_config(cls: type) -> bool:
+    """Whether a Ray Tune class implements reset_config (a reused actor needs it)."""
+    from ray import tune
+
+    return cls.reset_config is not tune.Trainable.reset_config
 
 
 def load_trainable(ref: str, source: str = "<spec>") -> Trainable:

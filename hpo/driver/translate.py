@@ -4,30 +4,65 @@ distribution turns itself into Ray's object (`build()`, `to_tune()`); this modul
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
-from hpo.driver.trainable import load_trainable
-from hpo.driver.wrapper import with_session
+from hpo.driver.trainable import resets_config, resolve
+from hpo.driver.wrapper import call_with_objects, class_with_objects, with_session
+from hpo.errors import ConfigError
 from hpo.ranks import check_backend
 from hpo.spec.distributions import Distribution
-from hpo.spec.model import Spec
+from hpo.spec.model import Spec, is_class_trainable
 from hpo.spec.searchers import Grid
 
 
-def trainable(spec: Spec, source: str) -> Any:
-    """The user's function as a Tune trainable that asks for its trial's resources."""
+def user_trainable(spec: Spec, source: str,
+                   parameters: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    """The user's function or class and its objects (imported while Ray starts: no Ray yet)."""
+    func, objects = resolve(spec.trainable, source, parameters)
+    check_backend(spec, source)
+    if is_class_trainable(func):
+        _check_class(spec, source, func)
+    return func, objects
+
+
+def _check_class(spec: Spec, source: str, cls: Any) -> None:
+    # The spec checks a class passed from Python; one imported from text is seen only here.
+    if spec.distributed:
+        raise ConfigError(source, "distributed", f"cannot run a Ray Tune class trainable "
+                          f"({cls.__name__}) on ranks", "a class trainable runs as a "
+                          "one-process trial: drop distributed")
+    if not isinstance(cls, type):
+        raise ConfigError(source, "trainable", f"pass the class {cls.__name__} itself",
+                          "give it objects with hpo.with_parameters or parameters=")
+    if "reuse_actors" in spec.model_fields_set and spec.reuse_actors and not resets_config(cls):
+        raise ConfigError(source, "reuse_actors", f"{cls.__name__} has no reset_config, which "
+                          "a reused actor needs", "implement reset_config(new_config) "
+                          "returning True, or drop reuse_actors")
+
+
+def trainable(spec: Spec, func: Any, holder: str | None = None) -> Any:
+    """The user's function or class as a Tune trainable that asks for its trial's resources;
+    `holder` names the run's objects in Ray's store (hpo.driver.wrapper.objects_in_store)."""
     from ray import tune
 
-    func = load_trainable(spec.trainable, source)
-    check_backend(spec, source)
+    name = getattr(func, "__name__", "trainable")
+    if is_class_trainable(func):
+        need = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
+        return tune.with_resources(class_with_objects(func, holder) if holder else func, need)
+    if holder:  # bound by name, never by value: a rank gets the refs, not a pickled copy
+        func = functools.partial(call_with_objects, func, holder)
     if spec.distributed:
         from hpo.ranks.trial import distributed_trainable
 
-        return distributed_trainable(func, spec.distributed, spec.checkpoint.frequency)
-    need = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
-    return tune.with_resources(with_session(func, spec.checkpoint.frequency,
-                                                need["cpu"]), need)
+        wrapped = distributed_trainable(func, spec.distributed, spec.checkpoint.frequency)
+    else:
+        need = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
+        wrapped = tune.with_resources(with_session(func, spec.checkpoint.frequency,
+                                                   need["cpu"]), need)
+    wrapped.__name__ = name  # Tune names trials after it (a partial has no name of its own)
+    return wrapped
 
 
 def param_space(spec: Spec) -> dict[str, Any]:
@@ -42,15 +77,19 @@ def param_space(spec: Spec) -> dict[str, Any]:
 
 
 def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any]) -> Any:
-    """The Tuner of a fresh run (resume uses Tuner.restore with the same trainable)."""
+    """The Tuner of a fresh run (resume uses Tuner.restore with the same trainable);
+    `extra_callbacks`: the Optuna mirror's and the user's own Tune callbacks."""
     from ray import tune
 
     from hpo.driver.progress import LiveProgress
     from hpo.driver.trial_logs import trial_loggers
 
+    a_class = isinstance(trainable, type)
+    # A class without reset_config cannot serve a second trial in its actor (hpo's default).
+    reuse = spec.reuse_actors and (not a_class or resets_config(trainable))
     tune_config = tune.TuneConfig(
         metric=spec.metric, mode=spec.mode, num_samples=spec.num_samples,
-        max_concurrent_trials=spec.max_concurrent, reuse_actors=spec.reuse_actors,
+        max_concurrent_trials=spec.max_concurrent, reuse_actors=reuse,
         scheduler=spec.scheduler.build(), search_alg=spec.search.build(spec.metric, spec.mode),
         time_budget_s=spec.time_budget_s,
     )
@@ -60,7 +99,11 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any])
         # Ray would add its own loggers, which lose restarted trials' rows and scalars.
         callbacks=[LiveProgress(spec.metric, spec.mode, spec.num_samples), *trial_loggers(),
                    *extra_callbacks],
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoint.keep),
+        # A class trainable is saved by Tune every `frequency` steps; a function reports its
+        # own checkpoints (hpo.report keeps every Nth).
+        checkpoint_config=tune.CheckpointConfig(
+            num_to_keep=spec.checkpoint.keep,
+            checkpoint_frequency=spec.checkpoint.frequency if a_class else 0),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
         # A trial's stdout/stderr (Tune's log_to_file) and the files it writes into its
         # working dir live in Ray's temp dir, deleted after the run: copy them into the trial

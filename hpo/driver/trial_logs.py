@@ -10,18 +10,50 @@
   (re)starts, and tensorboardX names its events file by the second and host only, opening it
   for writing: a trial restarted within the same second truncated its earlier file. Here every
   writer gets its own file; TensorBoard merges the files of a trial's folder by step.
+- A write that fails because the experiment's file system is full (or over quota, or read-only)
+  is noted as the run's storage fault (which stops the run, resumable) instead of raising out
+  of Tune's loop, which skipped Tune's last experiment snapshot.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
+from hpo.driver import storage_faults
 
-class _KeepsDriverCopy:
+
+def _noting_storage_faults(write: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    try:
+        return write(*args, **kwargs)
+    except OSError as exc:
+        watch = storage_faults.current()
+        if watch is None or not watch.note(storage_faults.classify(exc)):
+            raise
+        return None
+
+
+class _NotesStorageFaults:
+    """For Ray's loggers: a full disk is the run's storage fault, not a crash of Tune's loop."""
+
+    def log_trial_start(self, trial: Any) -> None:
+        _noting_storage_faults(super().log_trial_start, trial)  # type: ignore[misc]
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+        _noting_storage_faults(super().log_trial_result, iteration, trial,  # type: ignore[misc]
+                               result)
+
+    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        _noting_storage_faults(super().log_trial_end, trial, failed)  # type: ignore[misc]
+
+
+class _KeepsDriverCopy(_NotesStorageFaults):
     """For Ray's file loggers: bring the storage copy back only when the driver has none."""
 
     def _restore_from_remote(self, file_name: str, trial: Any) -> None:
@@ -43,7 +75,7 @@ def _writer(logdir: str, **options: Any) -> Any:
     return SummaryWriter(logdir, filename_suffix=f".{uuid.uuid4().hex[:8]}", **options)
 
 
-class TensorBoardLogger(TBXLoggerCallback):
+class TensorBoardLogger(_NotesStorageFaults, TBXLoggerCallback):
     """Ray's TensorBoard logger with one events file per writer (none overwritten)."""
 
     def __init__(self) -> None:
@@ -51,6 +83,22 @@ class TensorBoardLogger(TBXLoggerCallback):
         self._summary_writer_cls = _writer
 
 
+class StorageReserve(Callback):
+    """Grows the storage watch's reserve file with Tune's snapshot, every few seconds."""
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self.every_s, self._due = every_s, 0.0
+
+    def __getstate__(self) -> dict[str, Any]:  # a resumed run's clock starts anew
+        return {"every_s": self.every_s, "_due": 0.0}
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        watch = storage_faults.current()
+        if watch and time.monotonic() >= self._due:
+            self._due = time.monotonic() + self.every_s
+            watch.grow_reserve()
+
+
 def trial_loggers() -> list[Any]:
-    """The three loggers, passed to Tune so that it adds none of its own."""
-    return [JsonLogger(), CsvLogger(), TensorBoardLogger()]
+    """The three loggers (passed to Tune so that it adds none of its own) and the reserve."""
+    return [JsonLogger(), CsvLogger(), TensorBoardLogger(), StorageReserve()]

@@ -1,12 +1,21 @@
 """The Tune trainable of a one-process trial: the user's function inside hpo's session (the
-data-parallel one is hpo.ranks.trial)."""
+data-parallel one is hpo.ranks.trial); and the large objects every trial gets by reference.
+
+Objects are put in Ray's object store once per run and reach trials through a small holder
+actor found by name, not as ObjectRefs captured in the pickled trainable: Ray pins a ref
+pickled that way for the driver's whole life, and a notebook that keeps its Ray between runs
+would keep every run's objects. The holder is killed when the run ends, which frees them.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +39,59 @@ def with_session(func: Trainable, checkpoint_every: int, cpus: float = 1) -> Tra
             sys.stderr.flush()
 
     return run_trial
+
+
+class _Holder:
+    """Keeps the run's ObjectRefs (held in-band, so Ray counts them) for trials to ask for."""
+
+    def __init__(self, refs: dict[str, Any]) -> None:
+        self._refs = refs
+
+    def refs(self) -> dict[str, Any]:
+        return self._refs
+
+
+@contextlib.contextmanager
+def objects_in_store(objects: dict[str, Any]) -> Iterator[str | None]:
+    """Put each object in Ray's store once; yield the name trials find them by (None if
+    there are none); free them when the run ends."""
+    if not objects:
+        yield None
+        return
+    import ray
+
+    name = f"hpo-objects-{uuid.uuid4().hex[:12]}"
+    refs = {key: ray.put(value) for key, value in objects.items()}
+    holder = ray.remote(num_cpus=0)(_Holder).options(name=name).remote(refs)
+    try:
+        yield name
+    finally:
+        ray.kill(holder)
+
+
+def fetch_objects(holder: str) -> dict[str, Any]:
+    """The run's objects, in a trial or a rank (numpy arrays: read-only, shared memory)."""
+    import ray
+
+    refs = ray.get(ray.get_actor(holder).refs.remote())
+    return {key: ray.get(ref) for key, ref in refs.items()}
+
+
+def call_with_objects(func: Any, holder: str, config: dict[str, Any]) -> Any:
+    """`func(config, **objects)`; bound with functools.partial, it pickles as the name only."""
+    return func(config, **fetch_objects(holder))
+
+
+def class_with_objects(cls: type, holder: str) -> type:
+    """A Ray Tune class whose setup(config) also gets the objects, as tune.with_parameters
+    gives them."""
+
+    class WithObjects(cls):  # type: ignore[valid-type, misc]
+        def setup(self, config: dict[str, Any]) -> None:
+            super().setup(config, **fetch_objects(holder))
+
+    WithObjects.__name__ = WithObjects.__qualname__ = cls.__name__
+    return WithObjects
 
 
 def _use_cpus(cpus: float) -> None:

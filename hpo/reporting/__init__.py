@@ -74,7 +74,8 @@ def _sections(exp: Experiment) -> tuple[list[Any], dict[str, str]]:
          "values are each trial's final config and best metric."),
         ("importance", "Hyperparameter importance",
          figures.importance(scores) if isinstance(scores, dict) else None,
-         "Optuna's fANOVA evaluator over the trials' final configs and best metric."),
+         "Optuna's fANOVA evaluator over the trials' final configs and best metric (a "
+         "seeded random 500 of them beyond 500 trials)."),
     ]
     notes = {} if isinstance(scores, dict) else {"importance": f"Importance: {scores}"}
     return [Section(name, title, _png(fig), caption)

@@ -16,12 +16,15 @@ matplotlib.use("Agg")  # before pyplot: never look for a display
 
 import matplotlib.pyplot as plt  # noqa: E402
 import optuna  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from optuna.distributions import CategoricalDistribution  # noqa: E402
 
 from hpo.reporting.data import UNFINISHED, Experiment, cut_trials, rung_occupancy  # noqa: E402
 
 _LEGEND_MAX = 12  # beyond this many trials a legend hides the plot
+_CURVES_MAX = 50  # beyond this many trials the others are drawn as one band
 
 
 def _colors(exp: Experiment) -> dict[str, Any]:
@@ -31,32 +34,59 @@ def _colors(exp: Experiment) -> dict[str, Any]:
     return {t: cmap(1 - i / max(len(ids) - 1, 1) * 0.9) for i, t in enumerate(ids)}
 
 
-def learning_curves(exp: Experiment) -> Figure:
-    """Every trial's metric per iteration; where the scheduler cut a trial, an x."""
+def learning_curves(exp: Experiment, drawn: int = _CURVES_MAX) -> Figure:
+    """The best `drawn` trials' metric per iteration (one report: a point); where the scheduler
+    cut a trial, an x. Beyond that many trials the others are one grey band (their range at
+    each iteration), which the title and legend say: 2000 lines would be one blot."""
     fig, ax = plt.subplots(figsize=(9, 4.8))
     colors, cut = _colors(exp), set(cut_trials(exp))
     status = dict(zip(exp.table["trial_id"], exp.table["status"], strict=True))
-    for rank, trial_id in enumerate(exp.table["trial_id"]):
-        curve = exp.curves[exp.curves["trial_id"] == trial_id].dropna(subset=[exp.metric])
-        if curve.empty:
+    ids = list(exp.table["trial_id"])
+    # Split only the drawn trials' reports: a frame per trial took minutes at 10,000 trials.
+    reports = exp.curves.dropna(subset=[exp.metric])
+    top = reports["trial_id"].isin(ids[:drawn])
+    curves = dict(tuple(reports[top].groupby("trial_id", sort=False)))
+    for rank, trial_id in enumerate(ids[:drawn]):
+        curve = curves.get(trial_id)
+        if curve is None or curve.empty:
             continue
         x, y = curve["training_iteration"], curve[exp.metric]
         ax.plot(x, y, color=colors[trial_id], lw=2.4 if rank == 0 else 1.2,
-                label=trial_id if len(colors) <= _LEGEND_MAX else None, zorder=3 - rank / 1e3)
+                marker="o" if len(curve) == 1 else None, ms=5,  # a line needs two points
+                label=trial_id if len(ids) <= _LEGEND_MAX else None, zorder=3 - rank / 1e3)
         marker = _end_marker(status[trial_id], trial_id in cut)
         if marker:
             ax.plot(x.iloc[-1], y.iloc[-1], **marker, zorder=4)
+    if len(ids) > drawn and not reports[~top].empty:
+        _band(ax, reports[~top], exp.metric, len(ids) - drawn)
+    _marker_legend(ax, status, cut)
+    shown = f"best {drawn} of {len(ids)} drawn" if len(ids) > drawn else f"{len(ids)} trials"
+    ax.set(xlabel="training iteration", ylabel=exp.metric,
+           title=f"Learning curves ({shown}, best drawn thick)")
+    ax.legend(fontsize=7, ncol=2, loc="best")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def _band(ax: Any, reports: pd.DataFrame, metric: str, trials: int) -> None:
+    """The trials not drawn: their range at each iteration (points where only one)."""
+    span = reports.groupby("training_iteration")[metric].agg(["min", "max"])
+    label = f"the other {trials} trials: range per iteration"
+    if len(span) > 1:
+        ax.fill_between(span.index, span["min"], span["max"], color="grey", alpha=0.3,
+                        lw=0, label=label, zorder=1)
+    else:
+        ax.scatter(reports["training_iteration"], reports[metric], color="grey", s=6,
+                   alpha=0.4, label=label, zorder=1)
+
+
+def _marker_legend(ax: Any, status: dict[str, str], cut: set[str]) -> None:
     shown = {"cut": bool(cut), "ERROR": "ERROR" in status.values(),
              "RUNNING": any(s in UNFINISHED for s in status.values())}
     for key, label in (("cut", "stopped by the scheduler"), ("ERROR", "failed"),
                        ("RUNNING", "still running")):
         if shown[key]:  # legend entries for the markers that occur
             ax.plot([], [], ls="none", label=label, **_end_marker(key, key == "cut"))
-    ax.set(xlabel="training iteration", ylabel=exp.metric,
-           title=f"Learning curves ({len(colors)} trials, best drawn thick)")
-    ax.legend(fontsize=7, ncol=2, loc="best")
-    ax.grid(alpha=0.3)
-    return fig
 
 
 def _end_marker(status: str, cut: bool) -> dict[str, Any]:
@@ -132,11 +162,15 @@ def parallel_coordinates(exp: Experiment, study: optuna.Study) -> Figure | None:
     low, high = min(values), max(values)
     fig, ax = plt.subplots(figsize=(max(6, 2 * len(names) + 3), 4.5))
     cmap = plt.get_cmap("viridis")
+    lines, colors = [], []
     for trial in sorted(trials, key=lambda t: t.value if exp.mode == "max" else -t.value):
         ys = [_scaled(trial.distributions[n], trial.params[n]) for n in names]
         share = (trial.value - low) / (high - low) if high > low else 1.0
-        ax.plot(range(len(names) + 1), [*ys, share], color=cmap(
-            share if exp.mode == "max" else 1 - share), lw=1.5, alpha=0.85)
+        lines.append(list(enumerate([*ys, share])))
+        colors.append(cmap(share if exp.mode == "max" else 1 - share))
+    # One artist for all lines, best drawn last (on top): a Line2D each was slow at 10,000.
+    ax.add_collection(LineCollection(lines, colors=colors, linewidths=1.5, alpha=0.85))
+    ax.set_xlim(-0.2, len(names) + 0.2)
     for i, name in enumerate(names):
         _axis_labels(ax, i, trials[0].distributions[name])
     ax.text(len(names), -0.06, f"{low:.4g}", ha="center", va="top", fontsize=7)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -15,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from hpo.errors import ConfigError
 from hpo.spec._validation import FieldProblem, Strict
 from hpo.spec.distributions import Distribution
 from hpo.spec.schedulers import Fifo, Pb2, Pbt, Scheduler
@@ -24,6 +27,26 @@ from hpo.spec.storage import check_storage
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _TRAINABLE = re.compile(r"^[^:\s]+:[A-Za-z_][A-Za-z0-9_]*$")
+#: What hpo-spec.yaml says for a trainable passed from Python (it cannot hold the object).
+PYTHON_TRAINABLE = "<python>"
+
+
+def target(trainable: Any) -> Any:
+    """What a partial or a wrapper (hpo.with_parameters, functools.wraps) finally calls."""
+    while True:
+        inner = (trainable.func if isinstance(trainable, functools.partial)
+                 else getattr(trainable, "__wrapped__", None))
+        if inner is None or inner is trainable:
+            return trainable
+        trainable = inner
+
+
+def is_class_trainable(trainable: Any) -> bool:
+    """A Ray Tune class trainable (a tune.Trainable subclass), told without importing Ray."""
+    found = target(trainable)
+    return isinstance(found, type) and any(
+        base.__name__ == "Trainable" and base.__module__.startswith("ray.tune.")
+        for base in found.__mro__)
 
 
 def _whole_gpus_above_one(value: float) -> float:
@@ -76,7 +99,7 @@ class Spec(Strict):
     """One experiment; see search_spaces/ for examples of every key."""
 
     name: str
-    trainable: str
+    trainable: str | Callable[..., Any]  # text to import, or a function/class from Python
     metric: str
     mode: Literal["max", "min"]
     num_samples: PositiveInt = 1
@@ -117,13 +140,23 @@ class Spec(Strict):
                                "use letters, digits, '.', '_' and '-'")
         return value
 
-    @field_validator("trainable")
+    @field_validator("trainable", mode="before")
     @classmethod
-    def _import_path(cls, value: str) -> str:
-        if not _TRAINABLE.match(value):
+    def _import_path(cls, value: Any) -> Any:
+        if isinstance(value, str) and _TRAINABLE.match(value):
+            return value
+        if isinstance(value, type) and not is_class_trainable(value):
+            raise FieldProblem("", f"class {value.__name__} is not a ray.tune.Trainable",
+                               "pass a function f(config), or subclass ray.tune.Trainable")
+        if callable(value) and not isinstance(value, str):
+            return value  # a function, closure, partial or Trainable class from Python
+        if isinstance(value, str):
             raise FieldProblem("", f"expected 'package.module:function' or 'file.py:function', "
                                f"got {value!r}", "e.g. trainables.digits:train")
-        return value
+        raise FieldProblem("", "expected 'package.module:function', 'file.py:function', or a "
+                           "function or Ray Tune Trainable class (got "
+                           f"{type(value).__name__} {str(value)[:40]!r})",
+                           "e.g. trainables.digits:train, or hpo.run(spec, trainable=train)")
 
     @field_validator("optuna_storage")
     @classmethod
@@ -145,6 +178,11 @@ class Spec(Strict):
                                problem.hint) from None
         self._check_population_checkpoints()
         self._check_node_gpus()
+        if self.distributed and is_class_trainable(self.trainable):
+            raise FieldProblem("distributed", "cannot run a Ray Tune class trainable "
+                               f"({target(self.trainable).__name__}) on ranks",
+                               "a class trainable runs as a one-process trial: drop "
+                               "distributed, or write a function that calls hpo.report")
         if self.distributed and self.resources.model_fields_set:
             raise FieldProblem("resources", "cannot be combined with distributed",
                                "a data-parallel trial takes distributed.workers x "
@@ -152,8 +190,9 @@ class Spec(Strict):
         return self
 
     def _check_node_gpus(self) -> None:
-        """A rank or a trial runs on one node: it cannot have more GPUs than a node has
-        (known when `slurm.gpus_per_node` is given; Ray's nodes are checked when it starts)."""
+        """A rank or a trial runs on one node: it cannot have more GPUs than the job asks per
+        node (known when `slurm.gpus_per_node` is given; Ray's nodes are checked when it
+        starts)."""
         per_node = self.slurm.gpus_per_node
         if not per_node:
             return
@@ -166,6 +205,16 @@ class Spec(Strict):
                                f"{need:g} GPUs but a node has {per_node} (slurm.gpus_per_node)",
                                "a rank or one-process trial runs on one node: ask for at "
                                "most a node's GPUs, and use more ranks (distributed.workers)")
+
+    def with_slurm(self, settings: SlurmSettings, source: str) -> Spec:
+        """This spec with its `slurm:` settings merged with a site profile and the command
+        line, checked again for what depends on them."""
+        spec = self.model_copy(update={"slurm": settings})
+        try:
+            spec._check_node_gpus()
+        except FieldProblem as problem:
+            raise ConfigError(source, problem.field, problem.message, problem.hint) from None
+        return spec
 
     def _check_population_checkpoints(self) -> None:
         scheduler, every = self.scheduler, self.checkpoint.frequency

@@ -1,0 +1,221 @@
+"""The GPU path end to end, in one command that installs nothing (for a GPU node with no
+network: install from a wheelhouse first, see README):
+
+    python benchmarks/gpu.py --markdown docs/benchmarks.md    # on a GPU node, under 8 min
+    python benchmarks/gpu.py --cpu-check                      # the same steps on the CPU
+
+Steps, each a row of the table: the install (torch's NCCL against Horovod's, `hpo doctor`'s
+GPU judgements), a 1-GPU trial, four trials packed on one GPU (gpus_per_trial: 0.25) against
+one alone, a 1-rank Horovod/NCCL trial and a 1-rank DDP/NCCL trial, and hpo's per-epoch time
+against the same trainable standalone (benchmarks/trial_vs_standalone.py, when present).
+`--cpu-check` runs every step that needs no GPU on the CPU (GPU sizes, no GPU resources), so
+the harness itself is tested on machines without one; its figures are not GPU figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import (  # noqa: E402
+    hpo_run_command,
+    log,
+    md_table,
+    run_timed,
+    text_table,
+    versions,
+    write_section,
+)
+
+# trainables.images as measured on the H100 in ../shared/notes/gpu-node.md: 32x32, width 32,
+# 16384 images, global batch 256.
+IMAGES = {"image_size": 32, "width": 32, "train_size": 16384, "val_size": 2048,
+          "batch_size": 256, "lr": 0.05, "epochs": 6}
+
+
+@dataclass
+class Step:
+    name: str
+    finding: str
+    seconds: float
+    ok: bool | None  # None: skipped
+
+
+def _run(tmp: Path, name: str, spec: dict[str, Any], cpus: int) -> tuple[list[list[dict]], float]:
+    """One `hpo run`: every trial's results and the run's wall time; raises when it failed."""
+    full = {"name": name, "trainable": "trainables.images:train", "metric": "val_accuracy",
+            "mode": "max", **spec}
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(full))
+    timed = run_timed(hpo_run_command(path, tmp / "runs", name, cpus), cwd=ROOT, timeout_s=300)
+    if timed.returncode:
+        tail = (timed.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"hpo run {name} failed (rc {timed.returncode}): {tail}")
+    trials = [[json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+              for f in sorted((tmp / "runs" / name).glob("*/result.json"))]
+    return trials, timed.wall_s
+
+
+def _epoch_s(results: list[dict]) -> float:
+    """Median per-epoch time of a trial, its first epoch (start-up, warm-up) left out."""
+    times = [r["time_this_iter_s"] for r in results[1:]] or [results[0]["time_this_iter_s"]]
+    return statistics.median(times)
+
+
+def _gpu(args: argparse.Namespace, share: float) -> dict[str, Any]:
+    return {"resources": {"cpus_per_trial": args.cpus_per_trial,
+                          "gpus_per_trial": 0 if args.cpu_check else share}}
+
+
+def step_install() -> Step:
+    from hpo.cli.doctor_gpu import gpu_rows, probe_gpu
+
+    rows = gpu_rows(probe_gpu())
+    bad = [f"{what}: {finding}" for what, finding, fine in rows if not fine]
+    shown = {what: finding for what, finding, _ in rows}
+    finding = "; ".join(bad) or (f"{shown['torch GPU build']}, NCCL {shown['nccl (torch)']}, "
+                                 f"horovod {shown.get('horovod built', 'not installed')}")
+    return Step("install (torch, NCCL, Horovod)", finding, 0.0, not bad)
+
+
+def step_build_plan() -> Step:
+    """What scripts/install-horovod.sh would build here (it builds nothing with --probe)."""
+    started = time.monotonic()
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "install-horovod.sh"), "--probe"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "PYTHON": sys.executable})
+    try:
+        decision = json.loads(done.stdout[done.stdout.index("{"):])["decision"]
+    except (ValueError, KeyError):
+        decision = {"reason": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    finding = decision.get("summary") or decision.get("reason", "")
+    return Step("Horovod build plan (--probe)", finding, time.monotonic() - started,
+                "summary" in decision)
+
+
+def step_one_gpu(args: argparse.Namespace, tmp: Path) -> tuple[Step, float]:
+    trials, wall = _run(tmp, "one-gpu", {"constants": IMAGES, **_gpu(args, 1)}, args.cpus)
+    epoch = _epoch_s(trials[0])
+    compute = sum(r["time_this_iter_s"] for r in trials[0])
+    return Step("1-GPU trial", f"{epoch:.3f} s/epoch; whole run {wall:.1f} s for "
+                f"{compute:.1f} s of trial time", wall, True), epoch
+
+
+def step_packing(args: argparse.Namespace, tmp: Path, alone_epoch: float) -> Step:
+    spec = {"constants": IMAGES, "max_concurrent": 4,
+            "search_space": {"seed": {"grid": [0, 1, 2, 3]}}, **_gpu(args, 0.25)}
+    trials, wall = _run(tmp, "packed", spec, args.cpus)
+    packed = statistics.median(_epoch_s(t) for t in trials)
+    throughput = len(trials) * alone_epoch / packed
+    return Step("4 trials on one GPU (0.25 each)", f"{packed:.3f} s/epoch each; throughput "
+                f"{throughput:.2f}x one trial alone", wall, len(trials) == 4)
+
+
+def step_ranks(args: argparse.Namespace, tmp: Path, backend: str) -> Step:
+    name = f"1-rank {backend}" + ("" if args.cpu_check else " (NCCL)")
+    if backend == "horovod" and not args.cpu_check and not _horovod_nccl():
+        return Step(name, "skipped: Horovod has no NCCL (bash scripts/install-horovod.sh)",
+                    0.0, None)
+    spec = {"constants": IMAGES, "distributed": {
+        "backend": backend, "workers": 1, "cpus_per_worker": args.cpus_per_trial,
+        "gpus_per_worker": 0 if args.cpu_check else 1}}
+    trials, wall = _run(tmp, f"rank-{backend}", spec, args.cpus)
+    return Step(name, f"{_epoch_s(trials[0]):.3f} s/epoch", wall, len(trials[0]) > 0)
+
+
+def _horovod_nccl() -> bool:
+    try:
+        import horovod.torch as hvd
+    except ImportError:
+        return False
+    return bool(hvd.nccl_built())
+
+
+def step_standalone(args: argparse.Namespace) -> Step:
+    script = ROOT / "benchmarks" / "trial_vs_standalone.py"
+    if not script.exists():
+        return Step("hpo vs standalone", "skipped: benchmarks/trial_vs_standalone.py missing",
+                    0.0, None)
+    device = ["--device", "cpu" if args.cpu_check else "cuda"]
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(script), *device, *args.standalone_args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=400, check=False)
+    last = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
+    return Step("hpo per-epoch / standalone", last, time.monotonic() - started,
+                done.returncode == 0)
+
+
+def run_steps(args: argparse.Namespace, tmp: Path) -> list[Step]:
+    steps = [step_install(), step_build_plan()]
+    for step in steps:
+        log(f"  {step.name}: {step.finding}")
+    one, alone_epoch = step_one_gpu(args, tmp)
+    steps += [one, step_packing(args, tmp, alone_epoch), step_ranks(args, tmp, "horovod"),
+              step_ranks(args, tmp, "ddp"), step_standalone(args)]
+    return steps
+
+
+def device_name(cpu_check: bool) -> str:
+    import torch
+
+    if cpu_check or not torch.cuda.is_available():
+        return "CPU only (--cpu-check: not GPU figures)"
+    return f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
+
+
+def report(args: argparse.Namespace, steps: list[Step], took_s: float) -> str:
+    header = ["step", "finding", "wall", "ok"]
+    rows = [[s.name, s.finding, f"{s.seconds:.1f} s" if s.seconds else "-",
+             "skipped" if s.ok is None else "yes" if s.ok else "NO"] for s in steps]
+    print(text_table(header, rows))
+    command = "python benchmarks/gpu.py " + " ".join(sys.argv[1:])
+    return "\n".join([
+        "## The GPU path end to end", "",
+        f"Command: `{command}` (run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"took {took_s / 60:.1f} min). Device: {device_name(args.cpu_check)}; {versions()}.", "",
+        "`trainables.images` at 32x32, width 32, 16384 images, global batch 256, 6 epochs; "
+        "per-epoch times are medians without the first epoch.", "", md_table(header, rows)])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu-check", action="store_true",
+                        help="run the steps on the CPU (tests the harness; no GPU figures)")
+    parser.add_argument("--cpus", type=int, default=None, help="CPUs of the embedded Ray")
+    parser.add_argument("--cpus-per-trial", type=int, default=None,
+                        help="CPUs of each trial or rank (default 2; 1 with --cpu-check)")
+    parser.add_argument("--standalone-args", nargs="*", default=[],
+                        help="extra arguments for benchmarks/trial_vs_standalone.py")
+    parser.add_argument("--markdown", type=Path, help="rewrite the gpu section of this file")
+    args = parser.parse_args()
+    if args.cpus is None:
+        args.cpus = os.cpu_count() or 2
+    if args.cpus_per_trial is None:
+        args.cpus_per_trial = 1 if args.cpu_check else 2
+    if args.cpu_check:
+        IMAGES.update(train_size=2048, val_size=512, epochs=3, width=8, image_size=16)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="hpo-gpu-") as tmp:
+        steps = run_steps(args, Path(tmp))
+    text = report(args, steps, time.monotonic() - started)
+    if args.markdown:
+        write_section(args.markdown, "gpu", text)
+    sys.exit(0 if all(s.ok is not False for s in steps) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -36,9 +36,11 @@ def test_a_notebook_tunes_a_cell_function_twice_on_one_ray(tmp_path: Path) -> No
         del os.environ["HPO_NOTEBOOK_STORAGE"]
     cells = [c for c in notebook.cells if c.cell_type == "code"]
     assert _text(cells[2]) == "{'x': 2}"  # hpo.run returned its result object
-    # Rich's live view draws into an ipywidgets Output when it is installed; without it Rich
-    # warns once and draws nothing, and the run goes on
+    # Rich's live view draws into an ipywidgets Output when it is installed; without it hpo
+    # prints plain frames (Rich alone would warn once and draw nothing)
     assert "Traceback" not in json.dumps([c.outputs for c in cells])
+    shown = _text(cells[2], "stream") + json.dumps(cells[2].outputs)
+    assert re.search(r"\d+/\d+ trials", shown), "the progress view drew nothing"
     timing = re.search(r"first run ([\d.]+) s, second run ([\d.]+) s",
                        _text(cells[3], "stream"))
     assert timing, cells[3].outputs

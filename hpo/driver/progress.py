@@ -42,7 +42,7 @@ class LiveProgress(TrialProgressCallback):
         self._reset()
 
     def setup(self, **info: Any) -> None:
-        self._live = Live(console=Console(stderr=True), auto_refresh=False, transient=False)
+        self._live = Live(console=_console(), auto_refresh=False, transient=False)
         self._live.start()
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,
@@ -103,3 +103,15 @@ class LiveProgress(TrialProgressCallback):
 def _short(config: dict[str, Any]) -> str:
     return " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                     for k, v in config.items())[:80]
+
+
+def _console() -> Console:
+    """stderr; in Jupyter the live view needs ipywidgets, and without them rich warns once and
+    draws nothing: print plain frames instead."""
+    console = Console(stderr=True)
+    if console.is_jupyter:
+        try:
+            import ipywidgets  # noqa: F401
+        except ImportError:
+            return Console(stderr=True, force_jupyter=False)
+    return console

@@ -2,8 +2,9 @@
 
 Inside a trainable use `hpo.report` and `hpo.get_checkpoint` (and `hpo.dist`,
 `hpo.large_batch` for data-parallel training); from Python, `hpo.run` and `hpo.resume` (with
-a function or Ray Tune class as the trainable, `hpo.with_parameters` for large objects) and
-`hpo.shutdown` to end the Ray they keep between runs.
+a function or Ray Tune class as the trainable, `hpo.with_parameters` for large objects),
+`hpo.shutdown` to end the Ray they keep between runs, and `hpo.load` for an experiment's
+results.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ if TYPE_CHECKING:  # the driver imports Ray and pandas: only when a run starts
     from hpo.cluster.auth import RayCluster
     from hpo.driver.runner import RunResult
     from hpo.driver.trainable import WithParameters
+    from hpo.results import Results
     from hpo.spec import Spec
 
 __all__ = [
     "ConfigError", "ExperimentError", "HpoError", "RunError", "TrainableImportError",
-    "get_checkpoint", "load_spec", "report", "resume", "run", "shutdown", "with_parameters",
+    "get_checkpoint", "load", "load_spec", "report", "resume", "run", "shutdown", "with_parameters",
 ]
 __version__ = "0.1.0"
 
@@ -41,6 +43,27 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> Spec:
     from hpo.spec.load import load_spec as _load
 
     return _load(path, overrides)
+
+
+def load(experiment_dir: str | Path) -> Results:
+    """An experiment's results, read from its folder alone: while it runs, after it ended,
+    after its driver died (no Ray is started).
+
+    Args:
+        experiment_dir: the experiment folder (<storage>/<name>).
+
+    Returns:
+        Results: `.trials` (pandas, one row per trial, best first: config/*, best_<metric>,
+        each reported metric's last value, status...), `.curves` (one row per trial and
+        training_iteration, a column per metric) and `.best_config`.
+
+    Example:
+        >>> results = hpo.load("hpo-results/digits-asha")
+        >>> results.curves.groupby("trial_id")["val_loss"].min()
+    """
+    from hpo.results import load as _load
+
+    return _load(experiment_dir)
 
 
 def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Callable[..., Any] | None = None,

@@ -1,7 +1,12 @@
-"""Results of an experiment folder as a pandas DataFrame, read from files alone (no Ray).
+"""Results of an experiment folder as pandas DataFrames, read from files alone (no Ray).
 
 Works while the experiment runs, after it was moved, and after the driver died: trial
-states come from Tune's latest experiment snapshot, curves from each trial's result.json.
+states come from Tune's latest experiment snapshot, every reported metric from each trial's
+result.json (read once per trial).
+
+Example:
+    >>> results = load("hpo-results/digits-asha")
+    >>> results.trials, results.curves, results.best_config
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +26,15 @@ if TYPE_CHECKING:  # pandas takes 0.3 s to import: `hpo run` loads it after Ray 
     import pandas as pd
 
 SPEC_FILE = "hpo-spec.yaml"
+# What Ray adds to every result: not metrics of the trainable. `training_iteration` and
+# `time_total_s` are the curves' own columns.
+BOOKKEEPING = frozenset({
+    "time_this_iter_s", "time_total_s", "time_since_restore", "iterations_since_restore",
+    "timesteps_total", "timesteps_since_restore", "episodes_total", "training_iteration",
+    "pid", "hostname", "node_ip", "date", "timestamp", "done", "trial_id", "experiment_id",
+    "experiment_tag", "config", "checkpoint_dir_name", "should_checkpoint",
+})
+_Trial = tuple[dict[str, Any], list[dict[str, Any]]]  # a snapshot's trial and its results
 
 
 def _snapshot(exp_dir: Path, timeout_s: float = 5.0) -> dict[str, Any]:
@@ -63,9 +78,16 @@ def trial_results(trial_dir: Path) -> list[dict[str, Any]]:
     return results
 
 
-def _row(trial: dict[str, Any], exp_dir: Path, metric: str, mode: str) -> dict[str, Any]:
-    curve = trial_results(exp_dir / trial["relative_logdir"])
-    values = [r[metric] for r in curve if isinstance(r.get(metric), (int, float))]
+def metrics(result: dict[str, Any]) -> dict[str, Any]:
+    """What the trainable reported in one result (nested dicts as `a/b`), without Ray's
+    bookkeeping."""
+    return {key: value for key, value in _flat(result).items()
+            if key.split("/", 1)[0] not in BOOKKEEPING}
+
+
+def _row(trial: dict[str, Any], curve: list[dict[str, Any]], exp_dir: Path, metric: str,
+         mode: str) -> dict[str, Any]:
+    values = [r[metric] for r in curve if _is_number(r.get(metric))]
     pick = max if mode == "max" else min
     last = curve[-1] if curve else {}
     row = {"trial_id": trial["trial_id"], "status": trial["status"]}
@@ -78,7 +100,15 @@ def _row(trial: dict[str, Any], exp_dir: Path, metric: str, mode: str) -> dict[s
         "hostname": last.get("hostname"),
         "path": str(exp_dir / trial["relative_logdir"]),
     })
+    reported: dict[str, Any] = {}
+    for result in curve:  # each metric's last value, also where a later result lacks it
+        reported.update(metrics(result))
+    row.update({k: v for k, v in reported.items() if k not in row})  # ours win a clash
     return row
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -91,23 +121,72 @@ def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def load_results(exp_dir: str | Path) -> pd.DataFrame:
-    """One row per trial, best first: config/*, last_/best_<metric>, iterations, status..."""
-    import pandas as pd
-
-    exp_dir = Path(exp_dir).resolve()
+def _read(exp_dir: str | Path) -> tuple[Path, dict[str, Any], list[_Trial]]:
+    """The folder, its spec and each trial of the latest snapshot with its results."""
+    exp_dir = Path(exp_dir).expanduser().resolve()
     if not exp_dir.is_dir():
         raise ExperimentError(f"{exp_dir}: no such folder. Hint: check the path")
     spec = saved_spec(exp_dir)
-    metric, mode = spec["metric"], spec["mode"]
     trials = [json.loads(pair[0]) for pair in _snapshot(exp_dir)["trial_data"]]
-    frame = pd.DataFrame([_row(t, exp_dir, metric, mode) for t in trials])
+    return exp_dir, spec, [(t, trial_results(exp_dir / t["relative_logdir"])) for t in trials]
+
+
+def _table(exp_dir: Path, spec: dict[str, Any], trials: list[_Trial]) -> pd.DataFrame:
+    import pandas as pd
+
+    metric, mode = spec["metric"], spec["mode"]
+    frame = pd.DataFrame([_row(t, curve, exp_dir, metric, mode) for t, curve in trials])
     if frame.empty:
         return frame
     best = f"best_{metric}"
     frame = frame.sort_values(best, ascending=mode == "min", na_position="last", kind="stable")
     frame.attrs.update(metric=metric, mode=mode, name=spec["name"])
     return frame.reset_index(drop=True)
+
+
+def _curves(trials: list[_Trial], order: list[str]) -> pd.DataFrame:
+    """One row per (trial_id, training_iteration), trials in `order` (best first)."""
+    import pandas as pd
+
+    by_id = {t["trial_id"]: curve for t, curve in trials}
+    # One frame from all records: a frame per trial and pd.concat took minutes at 10,000.
+    records = [{"trial_id": trial_id, "training_iteration": r.get("training_iteration"),
+                "time_total_s": r.get("time_total_s"), **metrics(r)}
+               for trial_id in order for r in by_id[trial_id]]
+    return pd.DataFrame(records, columns=None if records else
+                        ["trial_id", "training_iteration", "time_total_s"])
+
+
+def load_results(exp_dir: str | Path) -> pd.DataFrame:
+    """One row per trial, best first: config/*, last_/best_<metric>, iterations, status, and
+    each metric the trial reported (its last value)."""
+    return _table(*_read(exp_dir))
+
+
+def load_curves(exp_dir: str | Path) -> pd.DataFrame:
+    """Every report: one row per (trial_id, training_iteration), a column per metric."""
+    return load(exp_dir).curves
+
+
+@dataclass(frozen=True)
+class Results:
+    """An experiment's trials (one row each, best first) and curves (one row per report)."""
+
+    path: Path
+    trials: pd.DataFrame
+    curves: pd.DataFrame
+
+    @property
+    def best_config(self) -> dict[str, Any]:
+        """The best trial's config, nested as the trainable saw it."""
+        return best_config(self.trials)
+
+
+def load(exp_dir: str | Path) -> Results:
+    """Both tables of an experiment folder, from one read of its files."""
+    exp_dir, spec, trials = _read(exp_dir)
+    table = _table(exp_dir, spec, trials)
+    return Results(exp_dir, table, _curves(trials, list(table.get("trial_id", []))))
 
 
 def best_config(frame: pd.DataFrame) -> dict[str, Any]:

@@ -226,10 +226,11 @@ def test_mirror_refuses_a_study_that_has_trials(asha: dict[str, Any], tmp_path: 
 
 
 @pytest.mark.slow
-def test_bad_output_path(experiments: dict[str, Path], tmp_path: Path) -> None:
-    done = runner.invoke(app, ["report", str(experiments["pbt"]), "-o",
-                               str(tmp_path / "missing" / "r.html")])
-    assert done.exit_code == 2 and "does not exist. Hint: create it first" in done.stderr
+def test_output_folder_is_created(experiments: dict[str, Path], tmp_path: Path) -> None:
+    html = tmp_path / "missing" / "deeper" / "r.html"
+    done = runner.invoke(app, ["report", str(experiments["pbt"]), "-o", str(html)])
+    assert done.exit_code == 0, done.output
+    assert html.is_file() and (html.parent / "r_figures" / "learning_curves.png").is_file()
 
 
 @pytest.mark.slow

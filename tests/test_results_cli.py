@@ -108,3 +108,17 @@ def test_a_damaged_snapshot_is_an_error_that_names_it(tmp_path: Path) -> None:
     state.write_text('{"trial_data": [')
     with pytest.raises(hpo.ExperimentError, match="not valid JSON for 0.2 s"):
         _snapshot(tmp_path, timeout_s=0.2)
+
+
+@pytest.mark.slow
+def test_every_reported_metric_and_the_curves_of_a_real_run(experiment: Path) -> None:
+    """`steady` reports `score` and `resumed_at`: both come back, per trial and per report."""
+    results = hpo.load(experiment)
+    assert {"score", "resumed_at"} <= set(results.trials.columns)
+    assert "pid" not in results.trials.columns and "node_ip" not in results.trials.columns
+    assert results.trials["score"].tolist() == pytest.approx([0.2, 0.4, 0.6])  # x * 2 steps
+    assert len(results.curves) == 6 and results.best_config["x"] == 0.1
+    csv = runner.invoke(app, ["results", str(experiment), "--curves", "--format", "csv"])
+    assert csv.exit_code == 0, csv.output
+    assert csv.stdout.splitlines()[0] == ("trial_id,training_iteration,time_total_s,score,"
+                                          "resumed_at")

@@ -82,12 +82,15 @@ def resume(experiment_dir: Path, cpus: int | None = typer.Option(None)) -> None:
 @guarded
 def results(experiment_dir: Path,
             fmt: str = typer.Option("table", "--format", help="table, csv, parquet or json"),
-            output: Path | None = typer.Option(None, "-o", "--output")) -> None:
-    """One row per trial, best first (config, last/best metric, iterations, status, time)."""
-    from hpo.results import check_format, export, load_results
+            output: Path | None = typer.Option(None, "-o", "--output"),
+            curves: bool = typer.Option(False, "--curves", help="Every report instead: one row "
+                                        "per trial and training_iteration.")) -> None:
+    """One row per trial, best first (config, last/best metric, each reported metric,
+    iterations, status, time)."""
+    from hpo.results import check_format, export, load_curves, load_results
 
     check_format(fmt, output)
-    frame = load_results(experiment_dir)
+    frame = load_curves(experiment_dir) if curves else load_results(experiment_dir)
     if fmt == "table" and output is None:
         print_table(frame)
     else:

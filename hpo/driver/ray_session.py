@@ -112,6 +112,30 @@ def _lean_head() -> Iterator[None]:
 os.environ.update(rocm_visible(os.environ))
 
 
+def _import_ray_local_only() -> None:
+    """Ray's gRPC servers listen on loopback only when the node's IP is 127.0.0.1, and
+    `ray.init` keeps a loopback IP only in a local-only Ray (Ray's own switch,
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read once at `import ray`): so the embedded Ray binds
+    to 127.0.0.1. The switch is unset at once: a Slurm job's srun'd `ray start`s inherit this
+    environment and would refuse to join. A process that imported ray before hpo keeps Ray's
+    default (all interfaces; token auth still applies)."""
+    if "ray" in sys.modules:
+        return
+    saved = os.environ.get(LOCAL_ONLY)
+    os.environ[LOCAL_ONLY] = "0"
+    try:
+        import ray  # noqa: F401
+    finally:
+        if saved is None:
+            del os.environ[LOCAL_ONLY]
+        else:
+            os.environ[LOCAL_ONLY] = saved
+
+
+LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_import_ray_local_only()
+
+
 # The embedded Ray that `keep=True` left running for the next run in this process (a
 # notebook), with what it was started with; `shutdown()` ends it.
 _kept: contextlib.ExitStack | None = None

@@ -38,9 +38,7 @@ def build_report(experiment_dir: str | Path, output: str | Path | None = None) -
     if html_path.is_dir():
         raise ExperimentError(f"-o {html_path}: is a folder. Hint: name a file, e.g. "
                               f"{html_path / REPORT_FILE}")
-    if not html_path.parent.is_dir():
-        raise ExperimentError(f"-o {html_path}: folder {html_path.parent} does not exist. "
-                              "Hint: create it first")
+    html_path.parent.mkdir(parents=True, exist_ok=True)  # `-o new/dir/x.html` makes it
     sections, notes = _sections(exp)
     figure_dir = html_path.with_name(f"{html_path.stem}_figures")
     figure_dir.mkdir(exist_ok=True)
@@ -70,12 +68,13 @@ def _sections(exp: Experiment) -> tuple[list[Any], dict[str, str]]:
          "Top: each trial's iterations; arrows from the trial it cloned (at its iteration) to "
          "the trial that exploited it. Below: each mutated hyperparameter over time."),
         ("parallel_coordinates", "Hyperparameters against the metric",
-         figures.parallel_coordinates(exp, study), "Axes scaled to the searched range; "
-         "values are each trial's final config and best metric."),
+         figures.parallel_coordinates(exp, study), "Axes scaled to the searched range "
+         "(log scale for log-distributed hyperparameters); values are each trial's final "
+         "config and best metric."),
         ("importance", "Hyperparameter importance",
          figures.importance(scores) if isinstance(scores, dict) else None,
-         "Optuna's fANOVA evaluator over the trials' final configs and best metric (a "
-         "seeded random 500 of them beyond 500 trials)."),
+         "Optuna's fANOVA evaluator over the trials' final configs (log-distributed ones as "
+         "their logarithm) and best metric (a seeded random 500 of them beyond 500 trials)."),
     ]
     notes = {} if isinstance(scores, dict) else {"importance": f"Importance: {scores}"}
     return [Section(name, title, _png(fig), caption)

@@ -9,6 +9,7 @@ from typing import Any
 
 import optuna
 import pandas as pd
+from optuna.distributions import FloatDistribution, IntDistribution
 
 from hpo.optuna.space import space_to_optuna, widen
 from hpo.reporting.data import Experiment
@@ -49,9 +50,31 @@ def importances(study: optuna.Study) -> dict[str, float] | str:
                 f"(have {done} and {len(params)})")
     evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
     try:
-        return optuna.importance.get_param_importances(_sample(study), evaluator=evaluator)
+        return optuna.importance.get_param_importances(_in_log_space(_sample(study)),
+                                                       evaluator=evaluator)
     except (ValueError, RuntimeError, ZeroDivisionError) as exc:
         return f"Optuna could not compute it: {exc}"
+
+
+def _in_log_space(study: optuna.Study) -> optuna.Study:
+    """The trials with log-distributed hyperparameters as their logarithms: Optuna's fANOVA
+    splits on raw values, so a loguniform learning rate would look flat over its decades."""
+    trials = study.get_trials(deepcopy=False)
+    logs = {n for t in trials for n, d in t.distributions.items()
+            if isinstance(d, (FloatDistribution, IntDistribution)) and d.log}
+    if not logs:
+        return study
+    moved = optuna.create_study(directions=study.directions)
+    moved.add_trials([optuna.trial.create_trial(
+        values=t.values, user_attrs=t.user_attrs,
+        params={n: math.log(v) if n in logs else v for n, v in t.params.items()},
+        distributions={n: _log_axis(d) if n in logs else d
+                       for n, d in t.distributions.items()}) for t in trials])
+    return moved
+
+
+def _log_axis(dist: Any) -> FloatDistribution:
+    return FloatDistribution(math.log(dist.low), math.log(dist.high))
 
 
 def _sample(study: optuna.Study) -> optuna.Study:

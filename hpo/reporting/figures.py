@@ -175,7 +175,10 @@ def parallel_coordinates(exp: Experiment, study: optuna.Study) -> Figure | None:
         _axis_labels(ax, i, trials[0].distributions[name])
     ax.text(len(names), -0.06, f"{low:.4g}", ha="center", va="top", fontsize=7)
     ax.text(len(names), 1.04, f"{high:.4g}", ha="center", fontsize=7)
-    ax.set_xticks(range(len(names) + 1), [*names, exp.metric])
+    dists = [trials[0].distributions[n] for n in names]
+    ax.set_xticks(range(len(names) + 1), [*(f"{n}\n(log)" if getattr(d, "log", False) else n
+                                            for n, d in zip(names, dists, strict=True)),
+                                          exp.metric])
     ax.set(yticks=[], ylim=(-0.12, 1.12), title="Hyperparameters against the metric "
            "(one line per trial, bright = good)")
     for i in range(len(names) + 1):
@@ -200,6 +203,9 @@ def _axis_labels(ax: Any, i: int, dist: Any) -> None:
         return
     ax.text(i, -0.06, f"{dist.low:.3g}", ha="center", va="top", fontsize=7)
     ax.text(i, 1.04, f"{dist.high:.3g}", ha="center", fontsize=7)
+    # The middle of the axis: the geometric mean on a log axis (1e-3 between 1e-5 and 1e-1).
+    middle = math.sqrt(dist.low * dist.high) if dist.log else (dist.low + dist.high) / 2
+    ax.text(i + 0.03, 0.5, f"{middle:.3g}", fontsize=7, va="center")
 
 
 def importance(scores: dict[str, float]) -> Figure:

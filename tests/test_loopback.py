@@ -1,0 +1,105 @@
+"""A plain `hpo run` (embedded Ray) listens on loopback only: read from `ss -ltnp` while a
+real run goes, for every process the run started (the driver, gcs_server, raylet, workers)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+SPEC = {"name": "loopback", "trainable": "tests/test_trainables.py:steady", "metric": "score",
+        "mode": "max", "search_space": {"x": {"grid": [0.1, 0.2]}},
+        "constants": {"steps": 40, "sleep": 0.25}}
+
+
+def _descendants(root: int) -> set[int]:
+    """`root` and every process below it (from /proc: ppid of each)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue  # ended meanwhile
+            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, grew = {root}, True
+    while grew:
+        below = {pid for pid, ppid in parent.items() if ppid in found} - found
+        found |= below
+        grew = bool(below)
+    return found
+
+
+def listeners(pids: set[int]) -> list[tuple[str, str]]:
+    """(local address, process) of each listening TCP socket owned by one of `pids`."""
+    table = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in table.splitlines():
+        fields = line.split()
+        owners = {int(p) for p in _pids(line)}
+        if owners & pids:
+            found.append((fields[3], line.split("users:", 1)[-1]))
+    return found
+
+
+def _pids(line: str) -> list[str]:
+    return [part.split(",", 1)[0] for part in line.split("pid=")[1:]]
+
+
+def is_loopback(address: str) -> bool:
+    """`127.0.0.1:80`, `[::ffff:127.0.0.1]:80`, `[::1]:80` yes; `*:80`, `0.0.0.0:80` no."""
+    host = address.rsplit(":", 1)[0].strip("[]").split("%")[0]
+    if host in ("*", ""):
+        return False
+    ip = ipaddress.ip_address(host)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+@pytest.mark.parametrize(("address", "loopback"), [
+    ("127.0.0.1:4000", True), ("[::ffff:127.0.0.1]:4000", True), ("[::1]:4000", True),
+    ("*:4000", False), ("0.0.0.0:4000", False), ("[::]:4000", False), ("192.0.2.2:4000", False),
+])
+def test_is_loopback(address: str, loopback: bool) -> None:
+    assert is_loopback(address) is loopback
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_a_plain_run_listens_on_loopback_only(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(SPEC))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    proc = subprocess.Popen([sys.executable, "-m", "hpo", "run", str(tmp_path / "s.yaml"),
+                             "--storage", str(tmp_path / "r"), "--cpus", "2"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        seen = _listeners_once_trials_run(proc, tmp_path / "r" / "loopback")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=120)
+    processes = " ".join(owner for _, owner in seen)
+    assert "gcs_server" in processes and "raylet" in processes, seen
+    assert [s for s in seen if not is_loopback(s[0])] == []
+
+
+def _listeners_once_trials_run(proc: subprocess.Popen[str],
+                               exp_dir: Path) -> list[tuple[str, str]]:
+    """The run's listeners, read once a trial has reported (its worker is up)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[0]
+        if any(p.stat().st_size for p in exp_dir.glob("*/result.json")):
+            return listeners(_descendants(proc.pid))
+        time.sleep(0.2)
+    pytest.fail("no trial reported within 120 s")

@@ -297,6 +297,26 @@ CASES = [
     Case("rank-more-gpus-than-a-node", NO_RESOURCES + DIST + "  gpus_per_worker: 8\n"
          "slurm:\n  gpus_per_node: 4\n", "distributed.gpus_per_worker", "8",
          ("a node has 4",)),
+    # --- warm start and tracking ---------------------------------------------------------
+    Case("point-outside-the-space", sub("  seed: 0\n", "  seed: 0\n  points_to_evaluate:\n"
+                                        "    - {lr: 0.01}\n    - {lr: 5}\n"),
+         "search.points_to_evaluate[1].lr", "5", ("outside loguniform [0.0001, 0.1]",)),
+    Case("point-not-a-choice", sub("  seed: 0\n", "  seed: 0\n  points_to_evaluate:\n"
+                                   "    - {batch_size: 48}\n"),
+         "search.points_to_evaluate[0].batch_size", "48", ("not one of choice",)),
+    Case("point-unknown-key", sub("  seed: 0\n", "  seed: 0\n  points_to_evaluate:\n"
+                                  "    - {learning_rate: 0.01}\n"),
+         "search.points_to_evaluate[0].learning_rate", "learning_rate", ("not in search_space",)),
+    Case("more-points-than-samples", sub("  seed: 0\n", "  seed: 0\n  points_to_evaluate:\n"
+                                         + "    - {lr: 0.01}\n" * 5),
+         "search.points_to_evaluate", "5 points", ("num_samples is 4",)),
+    Case("warm-start-needs-optuna", sub("  type: optuna\n  seed: 0\n",
+                                        "  type: random\n  warm_start: old/exp\n"),
+         "search.warm_start", "random", ("search.type: optuna",)),
+    Case("tracking-unknown-key", BASE + "tracking:\n  mlflow:\n    tracking_url: x\n",
+         "tracking.mlflow.tracking_url", "tracking_url", ("did you mean 'tracking_uri'",)),
+    Case("wandb-bad-mode", BASE + "tracking:\n  wandb:\n    mode: offlne\n",
+         "tracking.wandb.mode", "offlne"),
 ]
 
 

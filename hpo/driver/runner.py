@@ -158,10 +158,21 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
         mirror = _optuna_mirror(spec, source, exp_dir.name)  # a bad optuna_storage fails here
         with _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster, parameters,
                                 keep_ray) as tune_trainable:
+            evaluated = _warm_start(spec)  # a bad folder fails before the spec is written
             (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec), sort_keys=False))
-            _fit(translate.tuner(spec, tune_trainable, exp_dir, [*mirror, *(callbacks or [])]),
-                 spec)
+            _fit(translate.tuner(spec, tune_trainable, exp_dir, [*mirror, *(callbacks or [])],
+                                 evaluated), spec)
     return _outcome(exp_dir, spec)
+
+
+def _warm_start(spec: Spec) -> list[tuple[dict[str, Any], float]] | None:
+    """The earlier experiment's trials for Optuna (a fresh run only: a resumed one has them
+    in its saved study); says how many on stderr."""
+    if spec.search.warm_start is None:  # imports ray.tune: not before Ray starts
+        return None
+    from hpo.driver.warm_start import earlier_trials
+
+    return earlier_trials(spec)
 
 
 def _optuna_mirror(spec: Spec, source: str, study_name: str) -> list[Any]:

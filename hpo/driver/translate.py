@@ -76,9 +76,31 @@ def param_space(spec: Spec) -> dict[str, Any]:
     return {**spec.constants, **space}
 
 
-def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any]) -> Any:
+def tracking_callbacks(spec: Spec, exp_dir: Path) -> list[Any]:
+    """MLflow / W&B loggers of spec.tracking (their modules import the packages: only then)."""
+    if not (spec.tracking.mlflow or spec.tracking.wandb):
+        return []
+    from hpo.driver.tracking import callbacks
+
+    return callbacks(spec, exp_dir)
+
+
+def searcher(spec: Spec, evaluated: list[tuple[dict[str, Any], float]] | None = None) -> Any:
+    """Ray's search algorithm; `evaluated`: an earlier experiment's (config, objective) pairs
+    for Optuna to learn from before its first suggestion (search.warm_start)."""
+    if not evaluated:
+        return spec.search.build(spec.metric, spec.mode)
+    from hpo.driver.warm_start import WarmOptunaSearch
+
+    return spec.search.build(spec.metric, spec.mode, searcher_class=WarmOptunaSearch,
+                             evaluated=evaluated)
+
+
+def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
+          evaluated: list[tuple[dict[str, Any], float]] | None = None) -> Any:
     """The Tuner of a fresh run (resume uses Tuner.restore with the same trainable);
-    `extra_callbacks`: the Optuna mirror's and the user's own Tune callbacks."""
+    `extra_callbacks`: the Optuna mirror's and the user's own Tune callbacks; `evaluated`:
+    see `searcher`."""
     from ray import tune
 
     from hpo.driver.progress import LiveProgress
@@ -90,7 +112,7 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any])
     tune_config = tune.TuneConfig(
         metric=spec.metric, mode=spec.mode, num_samples=spec.num_samples,
         max_concurrent_trials=spec.max_concurrent, reuse_actors=reuse,
-        scheduler=spec.scheduler.build(), search_alg=spec.search.build(spec.metric, spec.mode),
+        scheduler=spec.scheduler.build(), search_alg=searcher(spec, evaluated),
         time_budget_s=spec.time_budget_s,
     )
     run_config = tune.RunConfig(
@@ -98,7 +120,7 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any])
         verbose=0, log_to_file=True,
         # Ray would add its own loggers, which lose restarted trials' rows and scalars.
         callbacks=[LiveProgress(spec.metric, spec.mode, spec.num_samples), *trial_loggers(),
-                   *extra_callbacks],
+                   *tracking_callbacks(spec, exp_dir), *extra_callbacks],
         # A class trainable is saved by Tune every `frequency` steps; a function reports its
         # own checkpoints (hpo.report keeps every Nth).
         checkpoint_config=tune.CheckpointConfig(

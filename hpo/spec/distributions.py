@@ -86,6 +86,25 @@ class Distribution(BaseModel):
         spec = KINDS[self.kind]
         return (self.args[0], self.args[1]) if spec.arity and spec.ranged else None
 
+    def misfit(self, value: Any) -> str | None:
+        """Why `value` cannot be a sample of this distribution (None if it can), e.g.
+        `5 is outside loguniform [0.0001, 0.1]`: a warm-start point must be one."""
+        spec, shown = KINDS[self.kind], f"{self.kind} [{', '.join(map(_short, self.args))}]"
+        if not spec.arity:
+            return None if value in self.args else f"{_short(value)} is not one of {shown}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{value!r} is not a number ({shown})"
+        if spec.integer and value != int(value):
+            return f"{_short(value)} is not a whole number ({shown})"
+        if not spec.ranged:
+            return None
+        # Ray draws randint/lograndint below high; the q-variants and floats reach it.
+        below_high = value < self.args[1] if self.kind in ("randint", "lograndint") else (
+            value <= self.args[1])
+        if self.args[0] <= value and below_high:
+            return None
+        return f"{_short(value)} is outside {shown}"
+
     def to_tune(self) -> Any:
         """The Ray Tune domain (or grid_search dict) for this distribution."""
         from ray import tune
@@ -95,3 +114,8 @@ class Distribution(BaseModel):
         if self.kind == "choice":
             return tune.choice(list(self.args))
         return getattr(tune, self.kind)(*self.args)
+
+
+def _short(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else repr(value) if isinstance(
+        value, str) else str(value)

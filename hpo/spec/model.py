@@ -24,6 +24,7 @@ from hpo.spec.schedulers import Fifo, Pb2, Pbt, Scheduler
 from hpo.spec.searchers import Random, Searcher
 from hpo.spec.slurm import SlurmSettings
 from hpo.spec.storage import check_storage
+from hpo.spec.tracking import Tracking
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _TRAINABLE = re.compile(r"^[^:\s]+:[A-Za-z_][A-Za-z0-9_]*$")
@@ -118,6 +119,7 @@ class Spec(Strict):
     reuse_actors: bool = True  # one worker process serves many trials (no re-import per trial)
     optuna_storage: str | None = None  # mirror trials into an Optuna study: journal file or URL
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)  # `hpo slurm` only
+    tracking: Tracking = Field(default_factory=Tracking)  # MLflow / W&B runs per trial
 
     @model_validator(mode="before")
     @classmethod
@@ -175,6 +177,11 @@ class Spec(Strict):
             self.search.check_space(self.search_space)
         except FieldProblem as problem:
             raise FieldProblem(f"search_space.{problem.field}", problem.message,
+                               problem.hint) from None
+        try:
+            self.search.check_points(self.search_space, self.num_samples)
+        except FieldProblem as problem:
+            raise FieldProblem(f"search.{problem.field}", problem.message,
                                problem.hint) from None
         self._check_population_checkpoints()
         self._check_node_gpus()

@@ -4,18 +4,51 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, model_validator
 
-from hpo.spec._validation import FieldProblem, Strict
+from hpo.spec._validation import FieldProblem, Strict, did_you_mean
 from hpo.spec.distributions import Distribution
 
 
 class _Searcher(Strict):
     # Also seeds the schedulers' draws (runner: seeded_scheduler_draws).
     seed: int | None = None
+    # Known-good configurations, run first; each counts as one of num_samples.
+    points_to_evaluate: list[dict[str, Any]] = Field(default_factory=list)
+    warm_start: str | None = None  # an earlier experiment folder whose trials Optuna learns from
+
+    @model_validator(mode="after")
+    def _warm_start_needs_a_model(self) -> _Searcher:
+        if self.warm_start is not None and not isinstance(self, Optuna):
+            kind = getattr(self, "type", "?")
+            raise FieldProblem("warm_start", f"needs search.type optuna (got {kind})",
+                               "only a model-based searcher learns from earlier trials: use "
+                               "search.type: optuna, or points_to_evaluate to rerun configs")
+        return self
 
     def check_space(self, space: dict[str, Distribution]) -> None:
         """Raise FieldProblem (relative to search_space) if this searcher cannot use it."""
+
+    def check_points(self, space: dict[str, Distribution], num_samples: int) -> None:
+        """Raise FieldProblem (relative to search) for a point that is not in the space."""
+        if len(self.points_to_evaluate) > num_samples:
+            raise FieldProblem("points_to_evaluate", f"{len(self.points_to_evaluate)} points "
+                               f"but num_samples is {num_samples}", "each point is one of "
+                               "num_samples: raise num_samples or drop points")
+        for index, point in enumerate(self.points_to_evaluate):
+            for key, value in point.items():
+                where = f"points_to_evaluate[{index}].{key}"
+                dist = space.get(key)
+                if dist is None:
+                    raise FieldProblem(where, f"'{key}' is not in search_space",
+                                       did_you_mean(str(key), list(space)))
+                if dist.kind == "grid":  # Tune crosses every point with the whole grid
+                    raise FieldProblem(where, "a grid entry cannot be fixed by a point",
+                                       "every point runs with each grid value anyway; "
+                                       "drop it from the point")
+                why = dist.misfit(value)
+                if why:
+                    raise FieldProblem(where, why, "use a value the distribution can draw")
 
     def build(self, metric: str, mode: str) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -29,7 +62,8 @@ class Random(_Searcher):
     def build(self, metric: str, mode: str) -> Any:
         from ray.tune.search.basic_variant import BasicVariantGenerator
 
-        return BasicVariantGenerator(random_state=self.seed)
+        return BasicVariantGenerator(random_state=self.seed,
+                                     points_to_evaluate=list(self.points_to_evaluate) or None)
 
 
 class Grid(_Searcher):
@@ -42,6 +76,11 @@ class Grid(_Searcher):
             if dist.kind not in ("grid", "choice"):
                 raise FieldProblem(name, f"{dist.kind} cannot be searched on a grid",
                                    "use {grid: [...]} or search.type: random")
+
+    def check_points(self, space: dict[str, Distribution], num_samples: int) -> None:
+        if self.points_to_evaluate:  # Tune would run a point instead of a whole grid pass
+            raise FieldProblem("points_to_evaluate", "a grid runs every combination already",
+                               "drop points_to_evaluate, or use search.type: random/optuna")
 
     def build(self, metric: str, mode: str) -> Any:
         from ray.tune.search.basic_variant import BasicVariantGenerator
@@ -65,7 +104,8 @@ class Optuna(_Searcher):
                 raise FieldProblem(name, "grid is not supported by search.type optuna",
                                    "use {choice: [...]} or search.type: grid")
 
-    def build(self, metric: str, mode: str) -> Any:
+    def build(self, metric: str, mode: str, searcher_class: Any = None, **extra: Any) -> Any:
+        """OptunaSearch, or `searcher_class` (a subclass, e.g. the driver's warm start)."""
         import optuna
         from ray.tune.search.optuna import OptunaSearch
 
@@ -74,7 +114,10 @@ class Optuna(_Searcher):
             seed=self.seed, n_startup_trials=self.n_startup_trials,
             multivariate=self.multivariate, constant_liar=self.constant_liar,
         )
-        return OptunaSearch(metric=metric, mode=mode, sampler=sampler)
+        # Enqueued in the study: the first trials run these, and TPE learns from them.
+        points = list(self.points_to_evaluate) or None
+        return (searcher_class or OptunaSearch)(metric=metric, mode=mode, sampler=sampler,
+                                                points_to_evaluate=points, **extra)
 
 
 Searcher = Annotated[Random | Grid | Optuna, Field(discriminator="type")]

@@ -1,0 +1,85 @@
+"""The `tracking:` section as Tune callbacks: Ray's MLflow and W&B loggers, with the MLflow
+run of each trial kept in the experiment folder so that `hpo resume` continues it.
+
+Only the driver logs: it sees every result a trial reports (rank 0's, for data-parallel
+trials), so trials need no tracking code of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ray.air.integrations.mlflow import MLflowLoggerCallback
+from ray.air.integrations.wandb import WandbLoggerCallback
+
+from hpo.spec.model import Spec
+
+#: trial_id -> MLflow run id, in the experiment folder.
+MLFLOW_RUNS_FILE = "mlflow-runs.json"
+
+
+class ResumableMlflow(MLflowLoggerCallback):
+    """Ray's callback keeps trial -> run in memory: a resumed trial would get a second run.
+    This one writes the ids next to Tune's state and reopens a trial's run on resume."""
+
+    def log_trial_start(self, trial: Any) -> None:
+        if trial not in self._trial_runs:
+            known = _read_runs(trial).get(trial.trial_id)
+            if known and self.mlflow_util._run_exists(known):
+                self._trial_runs[trial] = known
+                self.mlflow_util._get_client().update_run(known, status="RUNNING")
+        super().log_trial_start(trial)
+        _write_run(trial, self._trial_runs[trial])
+
+
+def _runs_file(trial: Any) -> Path:
+    # The experiment folder where it is now (it may have moved since the callback was pickled).
+    return Path(trial.remote_experiment_path) / MLFLOW_RUNS_FILE
+
+
+def _read_runs(trial: Any) -> dict[str, str]:
+    path = _runs_file(trial)
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _write_run(trial: Any, run_id: str) -> None:
+    runs = _read_runs(trial)
+    if runs.get(trial.trial_id) == run_id:
+        return
+    path = _runs_file(trial)
+    spare = path.with_suffix(".tmp")
+    spare.write_text(json.dumps({**runs, trial.trial_id: run_id}, indent=1))
+    spare.replace(path)  # whole or not at all: a crash mid-write must not lose the others
+
+
+class OfflineAwareWandb(WandbLoggerCallback):
+    """Ray's callback asks for an API key unless WANDB_MODE=offline is in the driver's
+    environment; an offline run needs none, so the key is only checked when online."""
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        if self.kwargs.get("mode") == "online":
+            super().setup(*args, **kwargs)
+        elif not self.project:  # what setup() checks besides the key
+            raise ValueError("W&B needs a project")
+
+
+def callbacks(spec: Spec, exp_dir: Path) -> list[Any]:
+    """Tune callbacks for spec.tracking; the experiment folder's name names the defaults."""
+    found: list[Any] = []
+    mlflow, wandb = spec.tracking.mlflow, spec.tracking.wandb
+    if mlflow:
+        found.append(ResumableMlflow(
+            tracking_uri=mlflow.tracking_uri, experiment_name=mlflow.experiment_name or spec.name,
+            tags={"hpo.experiment": exp_dir.name, **mlflow.tags}))
+    if wandb:
+        # These go to wandb.init in Ray's logging actor (a separate process), which would
+        # write into the trial's staging folder in Ray's temp dir, deleted after the run:
+        # W&B's files go to WANDB_DIR, else to <experiment>/wandb/.
+        found.append(OfflineAwareWandb(project=wandb.project or spec.name,
+                                       group=wandb.group or exp_dir.name,
+                                       mode=wandb.resolved_mode(os.environ),
+                                       dir=os.environ.get("WANDB_DIR") or str(exp_dir)))
+    return found

@@ -55,3 +55,31 @@ def _no_ray_left_between_modules() -> Iterator[None]:
     import hpo
 
     hpo.shutdown()
+
+
+def cli_invoke(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """The CLI in-process (typer's runner keeps stdout and stderr apart): exit code, out, err.
+    A crash (an exception other than the CLI's own exit) fails the test."""
+    from typer.testing import CliRunner
+
+    from hpo.cli import app
+
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        f"CLI crashed: {result.exception!r}")
+    return result.exit_code, result.stdout, result.stderr
+
+
+def check_golden(golden: Path, text: str, regenerate: str) -> None:
+    """Compare rendered text with its golden file (HPO_REGENERATE_GOLDEN=1 rewrites it); on a
+    difference, fail with the changed lines and the command that regenerates it."""
+    import difflib
+
+    if os.environ.get("HPO_REGENERATE_GOLDEN"):
+        golden.write_text(text)
+    expected = golden.read_text()
+    if text != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
+                                            str(golden), "rendered now"))
+        pytest.fail(f"{golden} changed:\n{diff}\nIf the change is intended, regenerate the "
+                    f"golden file: {regenerate}")

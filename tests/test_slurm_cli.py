@@ -3,14 +3,11 @@ ending in one line, exit 2, with nothing started."""
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from hpo.cli import app
+from conftest import check_golden, cli_invoke
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path("tests/golden/slurm-job.sbatch")
@@ -27,25 +24,14 @@ mode: max
 """
 
 
-def _invoke(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, args, env=env)
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        f"CLI crashed: {result.exception!r}")
-    return result.exit_code, result.stdout, result.stderr
+_invoke = cli_invoke
 
 
 def test_render_matches_golden_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     code, text, stderr = _invoke(GOLDEN_ARGS)
     assert code == 0, stderr
-    if os.environ.get("HPO_REGENERATE_GOLDEN"):
-        GOLDEN.write_text(text)
-    expected = GOLDEN.read_text()
-    if text != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
-                                            str(GOLDEN), "rendered now"))
-        pytest.fail(f"the rendered sbatch script changed:\n{diff}\nIf the change is "
-                    f"intended, regenerate the golden file: {REGENERATE}")
+    check_golden(GOLDEN, text, REGENERATE)
 
 
 def test_golden_script_asks_for_what_the_bootstrap_needs() -> None:

@@ -4,15 +4,12 @@ one line and exit 2, and the site's hostname suffix reaching the address Ray use
 
 from __future__ import annotations
 
-import difflib
-import os
 import socket
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from conftest import check_golden, cli_invoke
 
-from hpo.cli import app
 from hpo.cluster.network import node_address, suffixed
 from hpo.errors import SlurmEnvironmentError
 from hpo.spec.site import builtin_sites, site_layers
@@ -37,11 +34,7 @@ def golden_args(site: str) -> list[str]:
             "--storage", "/p/scratch/hpo/results"]
 
 
-def _invoke(args: list[str]) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, args)
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        f"CLI crashed: {result.exception!r}")
-    return result.exit_code, result.stdout, result.stderr
+_invoke = cli_invoke
 
 
 def test_the_built_ins_are_the_three_sites() -> None:
@@ -54,14 +47,7 @@ def test_site_renders_its_golden_file(site: str, monkeypatch: pytest.MonkeyPatch
     golden = Path(f"tests/golden/site-{site}.sbatch")
     code, text, stderr = _invoke(golden_args(site))
     assert code == 0, stderr
-    if os.environ.get("HPO_REGENERATE_GOLDEN"):
-        golden.write_text(text)
-    expected = golden.read_text()
-    if text != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
-                                            str(golden), "rendered now"))
-        pytest.fail(f"the rendered sbatch script of site {site} changed:\n{diff}\nIf the "
-                    f"change is intended, regenerate the golden files: {REGENERATE}")
+    check_golden(golden, text, REGENERATE)
 
 
 @pytest.mark.parametrize(("site", "lines"), [

@@ -143,7 +143,10 @@ def _assert_nothing_left(slurm: SlurmTestCluster, *job_ids: str) -> None:
 
 def test_ray_spans_all_nodes_and_trials_run_on_several(slurm: SlurmTestCluster,
                                                         outputs: list[str]) -> None:
-    space = _space(slurm, "span", nodes=3, samples=6, steps=3, sleep=0.5)
+    # A fresh process per trial: with actor reuse, short trials under load could all run in
+    # node1's first two warm processes before node2's and node3's had started (seen twice).
+    space = _space(slurm, "span", nodes=3, samples=6, steps=3, sleep=0.5,
+                   extra="reuse_actors: false\n")
     job_id = _submit(slurm, space)
     outputs.append(job_id)
     out = _finished(slurm, job_id)

@@ -91,22 +91,23 @@ def _time_to(rows: list[dict], target: float) -> float | None:
 
 BATCH_BASE = {"epochs": 10, "lr": 0.02, "noise": 2.0, "batch_size": 64, "width": 8,
               "train_size": 16384}
-BIG_BATCH = {"big_batch_size": 1024, "big_batch_from_epoch": 2, "big_batch_lr_scaling": "sqrt"}
+GROWTH = {"batch_schedule": {"max": 1024, "double_every": 2, "lr_rule": "sqrt", "ramp_steps": 50}}
 
 
 def batch_schedule(tmp: Path, backend: str, overrides: dict[str, Any]
                    ) -> tuple[list[str], list[list[Any]]]:
     base = {key: value for key, value in {**BATCH_BASE, **overrides}.items()
-            if not key.startswith("big_batch")}
-    big = {**BIG_BATCH, **overrides, **base}
+            if key != "batch_schedule"}
+    big = {**GROWTH, **overrides, **base}
     fixed, _ = _experiment(tmp, f"batch-fixed-{backend}", base, backend, 2)
     adaptive, _ = _experiment(tmp, f"batch-adaptive-{backend}", big, backend, 2)
     best_fixed = max(row["val_accuracy"] for row in fixed)
     best_adaptive = max(row["val_accuracy"] for row in adaptive)
     target = min(best_fixed, best_adaptive)  # the accuracy both reached
     table = []
-    switch = (f"{base['batch_size']}, then {big['big_batch_size']} from epoch "
-              f"{big['big_batch_from_epoch']}")
+    growth = big["batch_schedule"]
+    switch = (f"{base['batch_size']}, doubling every {growth['double_every']} epochs to "
+              f"{growth['max']}")
     for label, rows in ((f"fixed {base['batch_size']}", fixed), (switch, adaptive)):
         reached = _time_to(rows, target)
         table.append([label, f"{max(r['val_accuracy'] for r in rows):.3f}",

@@ -109,7 +109,7 @@ WORKLOADS = {
             "width": {"choice": [4, 8, 16, 32]},
             "weight_decay": {"loguniform": [1.0e-6, 1.0e-1]},
         },
-        constants={"noise": 2.0, "train_size": 2048, "val_size": 1024, "lr_scaling": "none"},
+        constants={"noise": 2.0, "train_size": 2048, "val_size": 1024},
         epochs=12, target=0.95, more_targets="0.9,0.97", section="search-efficiency-images"),
 }
 # The same search with 27 epochs a trial (3^3: four brackets at reduction factor 3), closer to

@@ -4,17 +4,25 @@ Inside a trial with `distributed:` every rank runs the trainable with its backen
 initialised (hpo calls `hvd.init()` or `torch.distributed.init_process_group`); without it the
 same calls describe a single process, so one trainable serves all three.
 
+Rank invariance: with `batches` (rows drawn from one global order, a function of seed, epoch
+and global step) and `prepare` (averaged gradients), 1, 2 or 4 ranks take the same steps on
+the same samples, so a config means the same on any number of ranks.
+
 Example:
     >>> from hpo import dist
     >>> model, optimizer = dist.prepare(model, optimizer)   # same start, averaged gradients
-    >>> batch = dist.local_batch_size(config["batch_size"])  # the global batch, split
+    >>> for rows in dist.batches(len(x), epoch, config["batch_size"], seed, x.device):
+    ...     loss = loss_fn(model(x[rows]), y[rows])          # this rank's share of the step
     >>> loss = dist.allreduce_mean(loss)                     # a metric averaged over ranks
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
+
+from hpo.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
@@ -94,17 +102,21 @@ def device() -> torch.device:
 
     if not torch.cuda.is_available():
         return torch.device("cpu")
-    # Ray gives a DDP rank only its own GPU; Horovod ranks see the node's GPUs.
+    # Ray sets a rank actor's CUDA_VISIBLE_DEVICES to its own GPU: index 0. Horovod's
+    # RayExecutor then widens it to its ranks' GPUs on the node in local-rank order (for CUDA
+    # IPC); the modulo covers AMD, where Ray's HIP_VISIBLE_DEVICES (read first) names one GPU.
     index = local_rank() if _backend == "horovod" else 0
     return torch.device("cuda", index % torch.cuda.device_count())
 
 
-def local_batch_size(global_batch: int) -> int:
-    """This rank's share of the global batch size (the hyperparameter users tune)."""
+def local_batch_size(global_batch: int, key: str = "batch_size") -> int:
+    """This rank's share of the global batch size (the hyperparameter users tune); `key` is
+    the config key that set it, named in the error when it does not split."""
     ranks = size()
     if global_batch % ranks:
-        raise ValueError(f"global batch size {global_batch} does not split evenly over "
-                         f"{ranks} ranks; search over multiples of {ranks}")
+        raise ConfigError("trial config", key, f"global batch {global_batch} does not split "
+                          f"over distributed.workers={ranks} ranks",
+                          f"use a multiple of {ranks}, or change distributed.workers")
     return global_batch // ranks
 
 
@@ -145,7 +157,8 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def allreduce_sum(tensor: torch.Tensor) -> torch.Tensor:
-    """Element-wise sum over ranks (e.g. confusion counts for F1 on sharded validation)."""
+    """Element-wise sum over ranks (e.g. confusion counts for F1 on sharded validation), on
+    the tensor's device."""
     if _backend == "horovod":
         import horovod.torch as hvd
 
@@ -153,23 +166,58 @@ def allreduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     if _backend == "ddp":
         import torch.distributed as tdist
 
-        tensor = tensor.clone()
-        tdist.all_reduce(tensor)
+        # NCCL reduces GPU tensors only: a CPU tensor goes to the rank's GPU and back.
+        home = tensor.device
+        moved = tensor.to(device()) if tdist.get_backend() == "nccl" else tensor.clone()
+        tdist.all_reduce(moved)
+        tensor = moved.to(home)
     return tensor
 
 
 def allreduce_mean(value: Any) -> float:
-    """A scalar averaged over ranks, as a float ready for `hpo.report`."""
+    """A scalar (number or one-element tensor, on any device) averaged over ranks, as a
+    float ready for `hpo.report`: one host sync."""
     import torch
 
-    total = allreduce_sum(torch.as_tensor(float(value), dtype=torch.float64))
-    return float(total) / size()
+    scalar = torch.as_tensor(value).detach().reshape(()).to(torch.float64)
+    return float(allreduce_sum(scalar)) / size()
+
+
+def epoch_order(items: int, epoch: int, seed: int = 0,
+                device: torch.device | str | None = None) -> torch.Tensor:
+    """The epoch's shuffled order of all rows, the same on every rank: a function of (seed,
+    epoch) only, drawn on the CPU so every device and rank count gets the same one."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed * 100003 + epoch)
+    return torch.randperm(items, generator=generator).to(device or "cpu")
+
+
+def rank_rows(order: torch.Tensor, offset: int, global_batch: int,
+              key: str = "batch_size") -> torch.Tensor:
+    """This rank's share of the global batch that starts at `offset` in the epoch's order:
+    the ranks' shares together are exactly `order[offset:offset + global_batch]`, so a global
+    step sees the same samples on any number of ranks (also when the batch changes
+    mid-epoch: keep `offset` as the rows consumed so far)."""
+    local = local_batch_size(global_batch, key)
+    begin = offset + rank() * local
+    return order[begin:begin + local]
+
+
+def batches(items: int, epoch: int, global_batch: int, seed: int = 0,
+            device: torch.device | str | None = None,
+            key: str = "batch_size") -> Iterator[torch.Tensor]:
+    """This rank's rows for each global step of an epoch (the last partial global batch is
+    dropped, so every rank takes as many steps), as index tensors on `device`."""
+    order = epoch_order(items, epoch, seed, device)
+    for step in range(items // global_batch):
+        yield rank_rows(order, step * global_batch, global_batch, key)
 
 
 def shard(items: int, epoch: int, seed: int = 0) -> torch.Tensor:
-    """This rank's indices of an epoch's shuffled order; every rank gets as many."""
-    import torch
-
-    order = torch.randperm(items, generator=torch.Generator().manual_seed(seed * 100003 + epoch))
+    """This rank's indices of an epoch's shuffled order (every `size()`-th of `epoch_order`);
+    every rank gets as many. Consecutive slices of `local_batch_size` rows give the same
+    samples per global step on any rank count; `batches` does that for you."""
+    order = epoch_order(items, epoch, seed)
     usable = items - items % size()
     return order[rank():usable:size()]

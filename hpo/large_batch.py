@@ -1,12 +1,27 @@
-"""Large-batch training: the learning rate scaled with the ranks, warm-up, LARS/LAMB, and a
-global batch size that grows during training. Every knob is a plain config value, so it can
-be searched like any other hyperparameter.
+"""Large-batch training with one meaning per config, whatever the number of ranks.
+
+`batch_size` is the global batch and `lr` the learning rate at `lr_reference_batch`: the
+rank count never enters the math, so a config takes the same steps on 1, 2 or 4 ranks
+(split the batch with `hpo.dist.local_batch_size`, draw its rows with `hpo.dist.batches`).
+`batch_schedule` grows the global batch during training, moving the LR with it:
+
+    batch_size: 64             # the global batch (the first one, when it grows)
+    lr_reference_batch: 64     # the global batch `lr` is meant for (default: the first)
+    batch_schedule:
+      start: 64                # the first global batch (default: batch_size; give one of them)
+      max: 1024                # the largest (default: start, i.e. a fixed batch)
+      double_every: 2          # epochs between doublings (default 1)
+      lr_rule: sqrt            # none | sqrt | linear: lr x rule(global batch / reference)
+      ramp_steps: 50           # steps over which the LR moves to each new rate (default 0)
+
+Every field can also be given, or searched, as a flat key (`batch_schedule.double_every`);
+a flat key wins over the nested one. The optimizer stays the trial's one `optimizer` key
+(`make_optimizer`: lars or lamb for a batch that grows large).
 
 Example:
-    >>> lr = scaled_lr(config["lr"], dist.size(), config.get("lr_scaling", "linear"))
-    >>> optimizer = make_optimizer(config.get("optimizer", "sgd"), model.parameters(), lr)
-    >>> schedule = BatchSchedule.from_config(config)   # e.g. 512, then 16384 from epoch 20
-    >>> schedule.global_batch(epoch)
+    >>> check_trial_config(config, "space.yaml", workers=4)    # also what `hpo validate` calls
+    >>> schedule = BatchSchedule.from_config(config, workers=dist.size())
+    >>> schedule.global_batch(epoch), schedule.lr(config["lr"], epoch, step, len(x_train))
 """
 
 from __future__ import annotations
@@ -16,28 +31,44 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hpo.errors import ConfigError
+
 if TYPE_CHECKING:
     import torch
 
-SCALINGS = ("linear", "sqrt", "none")
+LR_RULES = ("none", "sqrt", "linear")
 OPTIMIZERS = ("sgd", "adam", "adamw", "lars", "lamb")
+SCHEDULE = "batch_schedule"
+FIELDS = ("start", "max", "double_every", "lr_rule", "ramp_steps")
+SOURCE = "trial config"  # the source named in errors raised inside a trial
+
+# Keys of earlier versions: each fails naming what replaced it (what changed, the hint).
+REMOVED = {
+    "lr_scaling": ("the learning rate no longer follows the rank count",
+                   "`lr` is the rate at lr_reference_batch; batch_schedule.lr_rule "
+                   "(none|sqrt|linear) scales it with the global batch"),
+    "big_batch_size": ("the batch grows step by step now",
+                       "use batch_schedule.max: the batch doubles every "
+                       "batch_schedule.double_every epochs up to it"),
+    "big_batch_from_epoch": ("the batch grows step by step now",
+                             "use batch_schedule.double_every (epochs between doublings)"),
+    "big_batch_lr_scaling": ("renamed", "use batch_schedule.lr_rule (none|sqrt|linear)"),
+    "big_batch_warmup_epochs": ("renamed", "use batch_schedule.ramp_steps (optimizer steps "
+                                           "over which the LR moves to each new rate)"),
+    "warmup_epochs": ("the warm-up is the ramp from the reference rate now",
+                      "set lr_reference_batch below the first global batch, with "
+                      "batch_schedule.lr_rule and batch_schedule.ramp_steps"),
+}
 
 
-def scaled_lr(base_lr: float, ranks: float, rule: str = "linear") -> float:
-    """Goyal et al.'s linear rule (lr x ranks), the square-root rule, or none; `ranks` may be
-    any batch-size ratio."""
-    factors = {"linear": ranks, "sqrt": math.sqrt(ranks), "none": 1}
+def lr_for_batch(lr: float, batch: int, reference: int, rule: str) -> float:
+    """The rate for a global batch, given `lr` at the reference batch (Goyal et al.'s linear
+    rule, the square-root rule, or none)."""
+    ratio = batch / reference
+    factors = {"linear": ratio, "sqrt": math.sqrt(ratio), "none": 1.0}
     if rule not in factors:
-        raise ValueError(f"lr_scaling must be one of {', '.join(SCALINGS)}, got {rule!r}")
-    return base_lr * factors[rule]
-
-
-def warmup_lr(target_lr: float, base_lr: float, epoch: float, warmup_epochs: float) -> float:
-    """Linear ramp from base_lr to target_lr over the first warmup_epochs (fractional epochs
-    allowed, so it can be applied per step)."""
-    if warmup_epochs <= 0 or epoch >= warmup_epochs:
-        return target_lr
-    return base_lr + (target_lr - base_lr) * epoch / warmup_epochs
+        raise ValueError(f"lr_rule must be one of {', '.join(LR_RULES)}, got {rule!r}")
+    return lr * factors[rule]
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
@@ -47,7 +78,12 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 def make_optimizer(name: str, params: Iterable[Any], lr: float, momentum: float = 0.9,
                    weight_decay: float = 0.0, nesterov: bool = False) -> torch.optim.Optimizer:
-    """SGD (momentum, Nesterov), Adam, AdamW from torch; LARS and LAMB from pytorch_optimizer."""
+    """SGD (momentum, Nesterov), Adam, AdamW from torch; LARS and LAMB from pytorch_optimizer.
+
+    SGD and LARS keep momentum buffers of gradients, not of steps (the LR multiplies the whole
+    buffer), so a new LR applies to the momentum at once: Goyal et al.'s momentum correction
+    is built in, and `ramp_steps` keeps that change gradual.
+    """
     import torch
 
     if name == "sgd":
@@ -66,39 +102,135 @@ def make_optimizer(name: str, params: Iterable[Any], lr: float, momentum: float 
     raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
 
 
+def check_trial_config(config: Mapping[str, Any], source: str, workers: int = 1) -> None:
+    """Check the keys this module owns (`batch_size`, `lr_reference_batch`, `batch_schedule`
+    and its flat `batch_schedule.*` form, the removed keys) in a trial config or in an
+    experiment's constants. Keys that are absent (searched, or left to defaults) are not
+    checked; every global batch that is known must split over `workers` ranks.
+
+    Raises:
+        ConfigError: one line naming the key path, the bad value and a hint.
+    """
+    _resolve(config, source, workers, default_batch=None)
+
+
 @dataclass(frozen=True)
 class BatchSchedule:
-    """A global batch size that jumps once: `batch_size`, then `big_batch_size` from epoch
-    `big_batch_from_epoch` (larger batches late in training, as the seed's recipe did), with
-    the learning rate scaled by the batch ratio under `big_batch_lr_scaling`, ramped in over
-    `big_batch_warmup_epochs` so the jump does not throw the model off."""
+    """A global batch that doubles every `double_every` epochs from `start` up to `max`, with
+    the LR moved by `lr_rule` against the `reference` batch and ramped over `ramp_steps`
+    optimizer steps at each growth (and at the start, from `lr` at the reference batch). A
+    pure function of (epoch, step), so a restored trial continues on the same rates."""
 
-    batch_size: int
-    big_batch_size: int = 0  # 0: the batch stays fixed
-    big_batch_from_epoch: int = 0
-    big_batch_lr_scaling: str = "none"
-    big_batch_warmup_epochs: float = 1.0
+    start: int
+    max: int
+    double_every: int = 1
+    lr_rule: str = "none"
+    ramp_steps: int = 0
+    reference: int = 0  # lr_reference_batch; 0: start
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> BatchSchedule:
-        schedule = cls(int(config["batch_size"]), int(config.get("big_batch_size", 0) or 0),
-                       int(config.get("big_batch_from_epoch", 0) or 0),
-                       str(config.get("big_batch_lr_scaling", "none")),
-                       float(config.get("big_batch_warmup_epochs", 1.0)))
-        if schedule.batch_size < 1 or schedule.big_batch_size < 0:
-            raise ValueError(f"batch sizes must be positive, got {schedule}")
-        scaled_lr(1.0, 1, schedule.big_batch_lr_scaling)  # an unknown rule fails now
-        return schedule
+    def from_config(cls, config: Mapping[str, Any], *, workers: int = 1,
+                    default_batch: int = 256, source: str = SOURCE) -> BatchSchedule:
+        """The schedule a trial config asks for, checked as `check_trial_config` does."""
+        fields = _resolve(config, source, workers, default_batch)
+        return cls(fields["start"], fields["max"], fields["double_every"], fields["lr_rule"],
+                   fields["ramp_steps"], fields["reference"])
 
     def global_batch(self, epoch: int) -> int:
-        if self.big_batch_size and epoch >= self.big_batch_from_epoch:
-            return self.big_batch_size
-        return self.batch_size
+        return min(self.max, self.start * 2 ** (epoch // self.double_every))
 
-    def lr(self, lr: float, epoch: float) -> float:
-        """The learning rate at this (fractional) epoch, given the one for `batch_size`."""
-        ratio = self.global_batch(int(epoch)) / self.batch_size
-        if ratio == 1:
-            return lr
-        return warmup_lr(scaled_lr(lr, ratio, self.big_batch_lr_scaling), lr,
-                         epoch - self.big_batch_from_epoch, self.big_batch_warmup_epochs)
+    def steps(self, epoch: int, items: int) -> int:
+        """Optimizer steps of an epoch over `items` rows (the last partial batch dropped)."""
+        return items // self.global_batch(epoch)
+
+    def first_epoch(self, epoch: int) -> int:
+        """The epoch at which this epoch's global batch began (O(1): called every step)."""
+        doublings = (-(-self.global_batch(epoch) // self.start) - 1).bit_length()
+        return doublings * self.double_every
+
+    def lr(self, lr: float, epoch: int, step: int, items: int) -> float:
+        """The rate at this step of this epoch, given `lr` at the reference batch."""
+        reference = self.reference or self.start
+        batch = self.global_batch(epoch)
+        target = lr_for_batch(lr, batch, reference, self.lr_rule)
+        since = self.first_epoch(epoch)
+        before = self.global_batch(since - 1) if since > 0 else reference
+        done = (epoch - since) * (items // batch) + step + 1  # steps at this batch so far
+        if self.ramp_steps <= 0 or before == batch or done >= self.ramp_steps:
+            return target
+        previous = lr_for_batch(lr, before, reference, self.lr_rule)
+        return previous + (target - previous) * done / self.ramp_steps
+
+
+def _resolve(config: Mapping[str, Any], source: str, workers: int,
+             default_batch: int | None) -> dict[str, Any]:
+    """Every schedule field, checked; with default_batch None an unknown start stays None."""
+    for key, (what, hint) in REMOVED.items():
+        if key in config:
+            raise ConfigError(source, key, f"removed ({key}: {config[key]!r}): {what}", hint)
+    given = {name: _field(name, value, source)
+             for name, value in _schedule_fields(config, source).items()}
+    batch_size = _whole("batch_size", config.get("batch_size"), source, 1)
+    if batch_size is not None and given.get("start") is not None:
+        raise ConfigError(source, f"{SCHEDULE}.start", "sets the first global batch, as "
+                          "batch_size does", "give one of batch_size and batch_schedule.start")
+    start_key = f"{SCHEDULE}.start" if given.get("start") is not None else "batch_size"
+    start = given.get("start") or batch_size or default_batch
+    top = given.get("max") or start
+    if start is not None and top is not None and top < start:
+        raise ConfigError(source, f"{SCHEDULE}.max", f"must be >= the first global batch "
+                          f"(got {top} < {start})", "raise batch_schedule.max or lower the start")
+    for key, batch in ((start_key, start), (f"{SCHEDULE}.max", given.get("max"))):
+        # the doublings of a start that splits split too; a `max` cap may not
+        if batch is not None and batch % workers:
+            raise ConfigError(source, key, f"global batch {batch} does not split over "
+                              f"distributed.workers={workers} ranks",
+                              f"use a multiple of {workers}, or change distributed.workers")
+    return {"start": start, "max": top, "double_every": given.get("double_every") or 1,
+            "lr_rule": given.get("lr_rule") or "none", "ramp_steps": given.get("ramp_steps") or 0,
+            "reference": _whole("lr_reference_batch", config.get("lr_reference_batch"),
+                                source, 1) or 0}
+
+
+def _schedule_fields(config: Mapping[str, Any], source: str) -> dict[str, Any]:
+    nested = config.get(SCHEDULE) or {}
+    if not isinstance(nested, Mapping):
+        raise ConfigError(source, SCHEDULE, f"expected a mapping, got {nested!r}",
+                          f"write its fields as key: value pairs ({', '.join(FIELDS)})")
+    flat = {key[len(SCHEDULE) + 1:]: value for key, value in config.items()
+            if isinstance(key, str) and key.startswith(f"{SCHEDULE}.")}
+    fields = {**nested, **flat}  # a flat (searched) value wins over the constants' one
+    for name in fields:
+        if name not in FIELDS:
+            raise ConfigError(source, f"{SCHEDULE}.{name}", f"unknown key '{name}'",
+                              _did_you_mean(str(name), FIELDS))
+    return fields
+
+
+def _field(name: str, value: Any, source: str) -> Any:
+    path = f"{SCHEDULE}.{name}"
+    if name != "lr_rule":
+        return _whole(path, value, source, 0 if name == "ramp_steps" else 1)
+    if value not in LR_RULES:
+        raise ConfigError(source, path, f"unknown rule {value!r}",
+                          _did_you_mean(str(value), LR_RULES))
+    return value
+
+
+def _whole(path: str, value: Any, source: str, least: int) -> int | None:
+    """A whole number >= least, or None when absent (a float such as 64.0 from a quniform
+    search counts as whole)."""
+    if value is None:
+        return None
+    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if number is None or not float(number).is_integer() or number < least:
+        kind = "a positive whole number" if least else "a whole number >= 0"
+        raise ConfigError(source, path, f"must be {kind} (got {value!r})",
+                          "e.g. 256" if least else "e.g. 0 or 50")
+    return int(number)
+
+
+def _did_you_mean(word: str, choices: tuple[str, ...]) -> str:
+    from hpo.spec._validation import did_you_mean  # the spec's own wording; error path only
+
+    return did_you_mean(word, list(choices))

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,6 +52,36 @@ def trial_session(checkpoint_every: int, link: RankLink | None = None) -> Iterat
         yield
     finally:
         _current.reset(token)
+
+
+@dataclass
+class _LocalLink:
+    """The RankLink of a trainable run outside Ray: reports are kept in a list."""
+
+    main: bool = True
+    reports: list[dict[str, Any]] = field(default_factory=list)
+
+    def send(self, metrics: dict[str, Any], checkpoint: Path | None) -> None:
+        self.reports.append(metrics)
+
+    def restored(self) -> Path | None:
+        return None
+
+
+@contextlib.contextmanager
+def local_trial(checkpoint_every: int = 0) -> Iterator[list[dict[str, Any]]]:
+    """Run a trainable in this process, outside Ray and any trial (a standalone baseline, a
+    quick check): `hpo.report` appends its metrics to the list yielded; checkpoints are
+    written (every `checkpoint_every`th report, as in a trial; 0: never) and dropped.
+
+    Example:
+        >>> with local_trial() as reports:
+        ...     train({"epochs": 2})
+        >>> reports[-1]["val_loss"]
+    """
+    link = _LocalLink()
+    with trial_session(checkpoint_every, link):
+        yield link.reports
 
 
 def _trial() -> _Trial:

@@ -290,6 +290,13 @@ CASES = [
     Case("trial-gpus-fraction-above-one", sub("cpus_per_trial: 1", "cpus_per_trial: 1\n  "
                                               "gpus_per_trial: 2.5"),
          "resources.gpus_per_trial", "2.5", ("whole GPUs",)),
+    # --- the large-batch keys of the built-in trainables: one meaning on any rank count --
+    Case("removed-lr-scaling", sub("  epochs: 2\n", "  epochs: 2\n  lr_scaling: linear\n",
+                                   BASE.replace("trainables.digits", "trainables.images")),
+         "constants.lr_scaling", "'linear'", ("lr_reference_batch",)),
+    Case("batch-schedule-typo", sub("  epochs: 2\n", "  epochs: 2\n  batch_schedule: "
+                                    "{dubble_every: 2}\n"),
+         "constants.batch_schedule.dubble_every", extra=("did you mean 'double_every'",)),
     Case("class-trainable-on-ranks", sub("trainable: trainables.digits:train",
                                          "trainable: ray.tune.utils.mock_trainable:"
                                          "MyTrainableClass", NO_RESOURCES + DIST),

@@ -32,6 +32,7 @@ from sklearn.model_selection import train_test_split
 from torch import nn
 
 import hpo
+from hpo import dist
 
 DEFAULTS: dict[str, Any] = {
     "lr": 0.01,
@@ -103,16 +104,16 @@ def train_epoch(
     """One pass over the training data; returns the mean training loss."""
     x, y = data
     model.train()
-    perm = torch.randperm(len(x), generator=gen)
-    total = 0.0
+    perm = torch.randperm(len(x), generator=gen).to(x.device)
+    total = torch.zeros((), device=x.device)  # summed on the device: one host sync per epoch
     for start in range(0, len(x), batch_size):
         idx = perm[start : start + batch_size]
         loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        total += loss.item() * len(idx)
-    return total / len(x)
+        total += loss.detach() * len(idx)
+    return total.item() / len(x)
 
 
 @torch.no_grad()
@@ -129,9 +130,10 @@ def train(config: dict[str, Any]) -> None:
     """Train the digits MLP, reporting metrics and a checkpoint every epoch."""
     cfg = {**DEFAULTS, **(config or {})}
     seed = int(cfg["seed"])
-    x_tr, y_tr, x_va, y_va = load_data()
+    device = dist.device()  # the data lives there: batches are indexed on the device
+    x_tr, y_tr, x_va, y_va = (part.to(device) for part in load_data())
     torch.manual_seed(seed)
-    model = build_model(int(cfg["hidden"]), int(cfg["depth"]))
+    model = build_model(int(cfg["hidden"]), int(cfg["depth"])).to(device)
     opt = build_optimizer(model, cfg)
     start = 0
     state = hpo.get_checkpoint()

@@ -1,28 +1,32 @@
 """Built-in data-parallel trainable: a small CNN image classifier, single- or multi-label.
 
 Runs the same on one process, on Horovod ranks and on DDP ranks (see `distributed:` in
-search_spaces/images-horovod-asha.yaml). Data is either a NumPy file (`data: path.npz` with
-x_train, y_train, x_val, y_val; images N x C x H x W, labels as class ids or, for multi-label
-data such as BigEarthNet patches, as N x classes 0/1 arrays) or a synthetic generator that needs
-no download (`data: synthetic`): every class has its own texture (a grating of fixed frequency,
-angle and colour), an image is the sum of its labels' textures at random phases plus noise.
+search_spaces/images-horovod-asha.yaml): a config takes the same steps on any number of ranks.
+Data is either a NumPy file (`data: path.npz` with x_train, y_train, x_val, y_val; images N x C
+x H x W, labels as class ids or, for multi-label data such as BigEarthNet patches, as N x
+classes 0/1 arrays) or a synthetic generator that needs no download (`data: synthetic`): every
+class has its own texture (a grating of fixed frequency, angle and colour), an image is the sum
+of its labels' textures at random phases plus noise.
 
 Each epoch reports val_loss, val_f1_micro, val_f1_macro (and val_accuracy for single-label
-data), the global batch and the learning rate, with a checkpoint of model, optimizer and epoch;
-a restored trial continues exactly where it stopped.
+data), train_loss, the global batch, the learning rate and train_s (the training steps' time),
+with a checkpoint of model, optimizer and epoch; a restored trial continues exactly where it
+stopped. The data stays on the rank's device and each epoch syncs with the host once.
 
 Config keys (all optional): data ("synthetic"), multilabel (False), classes (10), channels (3),
 image_size (16), train_size (4096), val_size (1024), noise (1.0), width (16), epochs (10),
-seed (0), lr (0.05, per rank before scaling), lr_scaling ("linear" | "sqrt" | "none"),
-warmup_epochs (0), optimizer ("sgd" | "adam" | "adamw" | "lars" | "lamb"), momentum (0.9),
-nesterov (False), weight_decay (0), batch_size (256, global), big_batch_size (0: fixed),
-big_batch_from_epoch (0), big_batch_lr_scaling ("none": the bigger batch replaces an LR decay;
-"sqrt" | "linear": the LR grows with the batch), big_batch_warmup_epochs (1: that growth's ramp).
+seed (0), lr (0.05: the rate at lr_reference_batch), optimizer ("sgd" | "adam" | "adamw" |
+"lars" | "lamb"), momentum (0.9), nesterov (False), weight_decay (0), precision ("fp32" |
+"bf16": autocast), channels_last (False), and hpo.large_batch's keys: batch_size (256, the
+global batch), lr_reference_batch, batch_schedule {start, max, double_every, lr_rule,
+ramp_steps}.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import time
 from typing import Any
 
 import numpy as np
@@ -31,15 +35,25 @@ from torch import nn
 
 import hpo
 from hpo import dist
-from hpo.large_batch import BatchSchedule, make_optimizer, scaled_lr, set_lr, warmup_lr
+from hpo.errors import ConfigError
+from hpo.large_batch import (
+    OPTIMIZERS,
+    SOURCE,
+    BatchSchedule,
+    check_trial_config,
+    make_optimizer,
+    set_lr,
+)
 
 DEFAULTS: dict[str, Any] = {
     "data": "synthetic", "multilabel": False, "classes": 10, "channels": 3, "image_size": 16,
     "train_size": 4096, "val_size": 1024, "noise": 1.0, "width": 16, "epochs": 10, "seed": 0,
-    "lr": 0.05, "lr_scaling": "linear", "warmup_epochs": 0, "optimizer": "sgd",
-    "momentum": 0.9, "nesterov": False, "weight_decay": 0.0, "batch_size": 256,
-    "big_batch_size": 0, "big_batch_from_epoch": 0, "big_batch_lr_scaling": "none",
+    "lr": 0.05, "optimizer": "sgd", "momentum": 0.9, "nesterov": False, "weight_decay": 0.0,
+    "precision": "fp32", "channels_last": False,
 }
+DEFAULT_BATCH = 256  # the global batch when neither batch_size nor batch_schedule.start is set
+PRECISIONS = ("fp32", "bf16")
+EVAL_CHUNK = 4096  # validation rows per forward pass: bounds the activations' memory
 Arrays = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
@@ -98,28 +112,66 @@ def _loss(multilabel: bool) -> nn.Module:
     return nn.BCEWithLogitsLoss() if multilabel else nn.CrossEntropyLoss()
 
 
+def check_config(config: dict[str, Any], workers: int = 1) -> None:
+    """Fail at the start, in one line, on a value this trainable cannot use."""
+    check_trial_config(config, SOURCE, workers)
+    choices = {"optimizer": OPTIMIZERS, "precision": PRECISIONS}
+    for key, allowed in choices.items():
+        if key in config and config[key] not in allowed:
+            raise ConfigError(SOURCE, key, f"unknown value {config[key]!r}",
+                              f"one of {', '.join(allowed)}")
+
+
 def train(config: dict[str, Any]) -> None:
     """The trainable: `trainable: trainables.images:train`."""
+    check_config(config, dist.size())
     cfg = {**DEFAULTS, **config}
-    x_train, y_train, x_val, y_val = load_data(
-        cfg["data"], cfg["classes"], cfg["channels"], cfg["image_size"], cfg["train_size"],
-        cfg["val_size"], cfg["noise"], cfg["multilabel"])
+    schedule = BatchSchedule.from_config(config, workers=dist.size(),
+                                         default_batch=DEFAULT_BATCH)
+    data = _on_device(cfg)
+    if schedule.max > len(data[0]):
+        raise ConfigError(SOURCE, "batch_schedule.max" if schedule.max > schedule.start else
+                          "batch_size", f"global batch {schedule.max} is more than the "
+                          f"{len(data[0])} training images", "lower it or raise train_size")
     torch.manual_seed(cfg["seed"])
-    classes = y_train.shape[1] if cfg["multilabel"] else cfg["classes"]
-    model = build_model(x_train.shape[1], classes, cfg["width"]).to(dist.device())
-    target_lr = scaled_lr(cfg["lr"], dist.size(), cfg["lr_scaling"])
-    optimizer = make_optimizer(cfg["optimizer"], model.parameters(), target_lr, cfg["momentum"],
+    classes = data[1].shape[1] if cfg["multilabel"] else cfg["classes"]
+    model = _to_device(build_model(data[0].shape[1], classes, cfg["width"]), cfg)
+    optimizer = make_optimizer(cfg["optimizer"], model.parameters(), cfg["lr"], cfg["momentum"],
                                cfg["weight_decay"], cfg["nesterov"])
     start = _restore(model, optimizer)
     model, optimizer = dist.prepare(model, optimizer)
-    schedule = BatchSchedule.from_config(cfg)
     for epoch in range(start, cfg["epochs"]):
-        lr = _train_epoch(model, optimizer, x_train, y_train, cfg, schedule, epoch, target_lr)
-        metrics = evaluate(model, x_val, y_val, cfg["multilabel"])
+        began = time.perf_counter()
+        train_loss, lr = _train_epoch(model, optimizer, data[:2], cfg, schedule, epoch)
+        train_s = time.perf_counter() - began  # after the epoch's one host sync
+        metrics = evaluate(model, data[2], data[3], cfg["multilabel"], cfg["precision"])
         state = {"model": dist.unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
                  "epoch": epoch}
-        hpo.report({**metrics, "epoch": epoch, "global_batch": schedule.global_batch(epoch),
-                    "lr": lr}, checkpoint=state)
+        hpo.report({**metrics, "train_loss": train_loss, "epoch": epoch, "lr": lr,
+                    "global_batch": schedule.global_batch(epoch), "train_s": train_s},
+                   checkpoint=state)  # written only when checkpoint.frequency says it is due
+
+
+def _on_device(cfg: dict[str, Any]) -> Arrays:
+    """The data on this rank's device, once per trial: batches are indexed there."""
+    arrays = load_data(cfg["data"], cfg["classes"], cfg["channels"], cfg["image_size"],
+                       cfg["train_size"], cfg["val_size"], cfg["noise"], cfg["multilabel"])
+    x_train, y_train, x_val, y_val = (part.to(dist.device()) for part in arrays)
+    if cfg["channels_last"]:
+        x_train, x_val = (x.contiguous(memory_format=torch.channels_last)
+                          for x in (x_train, x_val))
+    return x_train, y_train, x_val, y_val
+
+
+def _to_device(model: nn.Module, cfg: dict[str, Any]) -> nn.Module:
+    model = model.to(dist.device())
+    return model.to(memory_format=torch.channels_last) if cfg["channels_last"] else model
+
+
+def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def _restore(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
@@ -131,44 +183,50 @@ def _restore(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     return int(state["epoch"]) + 1
 
 
-def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
-                 y: torch.Tensor, cfg: dict[str, Any], schedule: BatchSchedule, epoch: int,
-                 target_lr: float) -> float:
-    rows = dist.shard(len(x), epoch, cfg["seed"])
-    local = min(dist.local_batch_size(schedule.global_batch(epoch)), len(rows))
-    steps = len(rows) // local  # the same on every rank: no rank waits in an allreduce alone
-    loss_fn, device, lr = _loss(cfg["multilabel"]), dist.device(), target_lr
+def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer,
+                 data: tuple[torch.Tensor, torch.Tensor], cfg: dict[str, Any],
+                 schedule: BatchSchedule, epoch: int) -> tuple[float, float]:
+    """One epoch; returns its mean training loss (over all ranks) and its last LR. The loss
+    is summed on the device: the host waits for the device once, at the end."""
+    x, y = data
+    batch, items = schedule.global_batch(epoch), len(x)
+    key = "batch_size" if batch == schedule.start else "batch_schedule"
+    loss_fn, lr = _loss(cfg["multilabel"]), cfg["lr"]
+    total = torch.zeros((), device=x.device)
     model.train()
-    for step in range(steps):
-        progress = epoch + step / steps
-        lr = warmup_lr(schedule.lr(target_lr, progress), cfg["lr"], progress,
-                       cfg["warmup_epochs"])
+    for step, rows in enumerate(dist.batches(items, epoch, batch, cfg["seed"], x.device, key)):
+        lr = schedule.lr(cfg["lr"], epoch, step, items)
         set_lr(optimizer, lr)
-        batch = rows[step * local:(step + 1) * local]
-        loss = loss_fn(model(x[batch].to(device)), y[batch].to(device))
-        optimizer.zero_grad()
+        with _autocast(cfg["precision"], x.device):
+            loss = loss_fn(model(x[rows]), y[rows])
+        optimizer.zero_grad()  # None grads (torch >= 2); Horovod takes no set_to_none
         loss.backward()
         optimizer.step()
-    return lr
+        total += loss.detach()
+    return dist.allreduce_mean(total / schedule.steps(epoch, items)), lr
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-             multilabel: bool) -> dict[str, float]:
-    """Loss and F1 on the validation set, each rank scoring its shard, counts summed."""
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, multilabel: bool,
+             precision: str = "fp32") -> dict[str, float]:
+    """Loss and F1 on the validation set, each rank scoring its shard on its device, counts
+    and losses summed over ranks in one allreduce."""
     model.eval()
-    rows = torch.arange(dist.rank(), len(x), dist.size())
-    logits = model(x[rows].to(dist.device())).cpu()
-    truth = y[rows]
-    loss_sum = _loss(multilabel)(logits, truth).item() * len(rows)
-    classes = logits.shape[1]
-    predicted = (logits > 0).float() if multilabel else nn.functional.one_hot(
-        logits.argmax(1), classes).float()
-    actual = truth if multilabel else nn.functional.one_hot(truth, classes).float()
-    counts = torch.stack([(predicted * actual).sum(0), (predicted * (1 - actual)).sum(0),
-                          ((1 - predicted) * actual).sum(0)]).double()
-    totals = dist.allreduce_sum(torch.cat([counts.flatten(),
-                                           torch.tensor([loss_sum, len(rows)]).double()]))
+    classes = model(x[:1]).shape[1]
+    sums = torch.zeros(3 * classes + 2, dtype=torch.float64, device=x.device)
+    for rows in torch.arange(dist.rank(), len(x), dist.size(), device=x.device).split(EVAL_CHUNK):
+        with _autocast(precision, x.device):
+            logits = model(x[rows]).float()
+        truth = y[rows]
+        predicted = (logits > 0).float() if multilabel else nn.functional.one_hot(
+            logits.argmax(1), classes).float()
+        actual = truth if multilabel else nn.functional.one_hot(truth, classes).float()
+        counts = torch.stack([(predicted * actual).sum(0), (predicted * (1 - actual)).sum(0),
+                              ((1 - predicted) * actual).sum(0)])
+        sums[:-2] += counts.flatten().double()
+        sums[-2] += _loss(multilabel)(logits, truth).double() * len(rows)
+        sums[-1] += len(rows)  # a scalar kernel argument: no copy from the host
+    totals = dist.allreduce_sum(sums).cpu()  # the one host sync of the evaluation
     tp, fp, fn = totals[:-2].view(3, classes)
     per_class = 2 * tp / (2 * tp + fp + fn).clamp(min=1)
     micro = 2 * tp.sum() / (2 * tp.sum() + fp.sum() + fn.sum()).clamp(min=1)

@@ -44,11 +44,12 @@ def _options(debug: bool = typer.Option(False, "--debug", help="Show tracebacks.
 @guarded
 def validate(space: Path, overrides: list[str] | None = SetOption) -> None:
     """Check SPACE.yaml (keys, values, the trainable's import) and print the plan."""
-    from hpo.driver.translate import user_trainable
+    from hpo.driver.translate import check_batch_keys, user_trainable
     from hpo.spec.load import load_spec
     from hpo.spec.plan import summarize
 
     spec = load_spec(space, overrides)
+    check_batch_keys(spec, str(space))
     user_trainable(spec, str(space))  # imports it; checks the backend and a class's limits
     for key, value in summarize(spec).items():
         out.print(f"[bold]{key:<12}[/bold] {value}", highlight=False, soft_wrap=True)

@@ -72,6 +72,7 @@ def _as_spec(spec: Spec | dict[str, Any] | str | Path, source: str,
 def _check_findable(spec: Spec, source: str) -> None:
     if isinstance(spec.trainable, str):  # a wrong name fails before anything starts
         check_findable(spec.trainable, source)
+    translate.check_batch_keys(spec, source)
 
 
 def _check_fits(spec: Spec, source: str, cluster: dict[str, float]) -> None:

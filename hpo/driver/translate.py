@@ -27,6 +27,23 @@ def user_trainable(spec: Spec, source: str,
     return func, objects
 
 
+def check_batch_keys(spec: Spec, source: str) -> None:
+    """The large-batch keys among the constants (hpo.large_batch: the global batch, the
+    reference batch, `batch_schedule`, the removed keys), checked before anything starts.
+    Only where they are hpo's: for the built-in trainables, or when `batch_schedule` is
+    given; a user's own trainable may mean something else by `warmup_epochs`."""
+    from hpo.large_batch import SCHEDULE, check_trial_config
+
+    ours = isinstance(spec.trainable, str) and spec.trainable.startswith("trainables.")
+    if not ours and not any(k.split(".")[0] == SCHEDULE for k in spec.constants):
+        return
+    try:
+        check_trial_config(spec.constants, source,
+                           spec.distributed.workers if spec.distributed else 1)
+    except ConfigError as exc:
+        raise ConfigError(source, f"constants.{exc.path}", exc.message, exc.hint) from None
+
+
 def _check_class(spec: Spec, source: str, cls: Any) -> None:
     # The spec checks a class passed from Python; one imported from text is seen only here.
     if spec.distributed:

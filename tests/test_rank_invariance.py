@@ -47,17 +47,17 @@ def expected() -> np.ndarray:
     return losses
 
 
+@pytest.mark.parametrize("workers", [1, 2, 4])
 @pytest.mark.parametrize("backend", ["horovod", "ddp"])
 def test_images_gives_the_same_losses_on_1_2_and_4_ranks(
-        tmp_path: Path, backend: str, expected: np.ndarray) -> None:
-    for workers in (1, 2, 4):
-        spec = {"name": f"{backend}-{workers}", "trainable": "trainables.images:train",
-                "metric": "val_loss", "mode": "min", "storage": str(tmp_path),
-                "constants": CONFIG, "checkpoint": {"frequency": 0},
-                "distributed": {"backend": backend, "workers": workers,
-                                "cpus_per_worker": 2 / workers}}
-        result = hpo.run(spec, num_cpus=2)
-        ((rows,),) = [trial_rows(result.path).values()]
-        assert [row["global_batch"] for row in rows] == [32, 64]
-        np.testing.assert_allclose(_losses(rows), expected, rtol=RTOL,
-                                   err_msg=f"{backend} on {workers} ranks")
+        tmp_path: Path, backend: str, workers: int, expected: np.ndarray) -> None:
+    spec = {"name": f"{backend}-{workers}", "trainable": "trainables.images:train",
+            "metric": "val_loss", "mode": "min", "storage": str(tmp_path),
+            "constants": CONFIG, "checkpoint": {"frequency": 0},
+            "distributed": {"backend": backend, "workers": workers,
+                            "cpus_per_worker": 2 / workers}}
+    result = hpo.run(spec, num_cpus=2)
+    ((rows,),) = [trial_rows(result.path).values()]
+    assert [row["global_batch"] for row in rows] == [32, 64]
+    np.testing.assert_allclose(_losses(rows), expected, rtol=RTOL,
+                               err_msg=f"{backend} on {workers} ranks")

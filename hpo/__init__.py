@@ -55,7 +55,8 @@ def load(experiment_dir: str | Path) -> Results:
     Returns:
         Results: `.trials` (pandas, one row per trial, best first: config/*, best_<metric>,
         each reported metric's last value, status...), `.curves` (one row per trial and
-        training_iteration, a column per metric) and `.best_config`.
+        training_iteration, a column per metric), `.best_config` and, with several
+        objectives, `.pareto_front` (the rows of the non-dominated trials).
 
     Example:
         >>> results = hpo.load("hpo-results/digits-asha")

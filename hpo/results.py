@@ -4,6 +4,10 @@ Works while the experiment runs, after it was moved, and after the driver died: 
 states come from Tune's latest experiment snapshot, every reported metric from each trial's
 result.json (read once per trial).
 
+With several objectives (`metric: [a, b]`) the table has last_/best_ columns for each and a
+`pareto_front` column: the finished trials no other finished trial beats on every objective
+(by their last values, which are what Optuna was told); those come first.
+
 Example:
     >>> results = load("hpo-results/digits-asha")
     >>> results.trials, results.curves, results.best_config
@@ -85,16 +89,25 @@ def metrics(result: dict[str, Any]) -> dict[str, Any]:
             if key.split("/", 1)[0] not in BOOKKEEPING}
 
 
-def _row(trial: dict[str, Any], curve: list[dict[str, Any]], exp_dir: Path, metric: str,
-         mode: str) -> dict[str, Any]:
-    values = [r[metric] for r in curve if _is_number(r.get(metric))]
-    pick = max if mode == "max" else min
+def objectives(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """(metric, mode) of each objective of a saved spec, read as data (Spec.objectives is the
+    same for a validated one; importing hpo.spec here would load pydantic for every read)."""
+    if isinstance(spec["metric"], str):
+        return [(spec["metric"], str(spec["mode"]))]
+    return list(zip(spec["metric"], spec["mode"], strict=True))
+
+
+def _row(trial: dict[str, Any], curve: list[dict[str, Any]], exp_dir: Path,
+         goals: list[tuple[str, str]]) -> dict[str, Any]:
     last = curve[-1] if curve else {}
     row = {"trial_id": trial["trial_id"], "status": trial["status"]}
     row.update({f"config/{k}": v for k, v in _flat(trial["config"]).items()})
+    for metric, mode in goals:
+        values = [r[metric] for r in curve if _is_number(r.get(metric))]
+        pick = max if mode == "max" else min
+        row[f"last_{metric}"] = values[-1] if values else None
+        row[f"best_{metric}"] = pick(values) if values else None
     row.update({
-        f"last_{metric}": values[-1] if values else None,
-        f"best_{metric}": pick(values) if values else None,
         "iterations": last.get("training_iteration", 0),
         "time_total_s": last.get("time_total_s"),
         "hostname": last.get("hostname"),
@@ -134,14 +147,36 @@ def _read(exp_dir: str | Path) -> tuple[Path, dict[str, Any], list[_Trial]]:
 def _table(exp_dir: Path, spec: dict[str, Any], trials: list[_Trial]) -> pd.DataFrame:
     import pandas as pd
 
-    metric, mode = spec["metric"], spec["mode"]
-    frame = pd.DataFrame([_row(t, curve, exp_dir, metric, mode) for t, curve in trials])
+    goals = objectives(spec)
+    frame = pd.DataFrame([_row(t, curve, exp_dir, goals) for t, curve in trials])
     if frame.empty:
         return frame
-    best = f"best_{metric}"
-    frame = frame.sort_values(best, ascending=mode == "min", na_position="last", kind="stable")
-    frame.attrs.update(metric=metric, mode=mode, name=spec["name"])
+    metric, mode = goals[0]
+    order, ascending = [f"best_{metric}"], [mode == "min"]
+    if len(goals) > 1:  # the front first, each part by the first objective's last value
+        frame = _mark_front(frame, goals)
+        order, ascending = ["pareto_front", f"last_{metric}"], [False, mode == "min"]
+    frame = frame.sort_values(order, ascending=ascending, na_position="last", kind="stable")
+    # metric/mode: the first objective, which orders the table and picks best_config.
+    frame.attrs.update(metric=metric, mode=mode, objectives=goals, name=spec["name"])
     return frame.reset_index(drop=True)
+
+
+def _mark_front(frame: pd.DataFrame, goals: list[tuple[str, str]]) -> pd.DataFrame:
+    """A `pareto_front` column after the objectives': finished trials with every objective
+    reported and finite, that no other such trial dominates."""
+    import numpy as np
+    import pandas as pd
+
+    from hpo.optuna.pareto import on_front
+
+    lasts = frame[[f"last_{m}" for m, _ in goals]].apply(pd.to_numeric, errors="coerce")
+    done = frame["status"].eq("TERMINATED") & np.isfinite(lasts).all(axis=1)
+    marks = on_front(lasts[done].to_numpy().tolist(), [mode for _, mode in goals])
+    front = pd.Series(marks, index=frame.index[done], dtype=bool).reindex(frame.index,
+                                                                         fill_value=False)
+    frame.insert(frame.columns.get_loc(f"best_{goals[-1][0]}") + 1, "pareto_front", front)
+    return frame
 
 
 def _curves(trials: list[_Trial], order: list[str]) -> pd.DataFrame:
@@ -178,8 +213,14 @@ class Results:
 
     @property
     def best_config(self) -> dict[str, Any]:
-        """The best trial's config, nested as the trainable saw it."""
+        """The best trial's config, nested as the trainable saw it (several objectives: the
+        front's best on the first objective)."""
         return best_config(self.trials)
+
+    @property
+    def pareto_front(self) -> pd.DataFrame:
+        """The trials on the Pareto front (several objectives; with one, the best trial)."""
+        return front(self.trials)
 
 
 def load(exp_dir: str | Path) -> Results:
@@ -196,14 +237,34 @@ def best_config(frame: pd.DataFrame) -> dict[str, Any]:
     if frame.empty or pd.isna(frame.iloc[0][f"best_{frame.attrs['metric']}"]):
         raise ExperimentError("no trial reported the metric yet. Hint: wait for the first "
                               "results, or check the trials' error.txt files")
+    return row_config(frame.iloc[0])
+
+
+def front(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows on the Pareto front, best first on the first objective; with one objective,
+    the best trial (none before a trial reported the metric)."""
+    if "pareto_front" in frame:
+        return frame[frame["pareto_front"].astype(bool)]
+    if frame.empty:
+        return frame
+    return frame.head(1).dropna(subset=[f"best_{frame.attrs['metric']}"])
+
+
+def plain(value: Any) -> Any:
+    """A numpy scalar as the Python value (YAML and JSON take only those)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def row_config(row: pd.Series) -> dict[str, Any]:
+    """A row's config/* columns nested back as the trainable saw them."""
     config: dict[str, Any] = {}
-    for column, value in frame.iloc[0].items():
+    for column, value in row.items():
         if str(column).startswith("config/"):
             *parents, leaf = str(column).removeprefix("config/").split("/")
             node = config
             for part in parents:
                 node = node.setdefault(part, {})
-            node[leaf] = value.item() if hasattr(value, "item") else value
+            node[leaf] = plain(value)
     return config
 
 

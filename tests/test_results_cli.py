@@ -120,5 +120,5 @@ def test_every_reported_metric_and_the_curves_of_a_real_run(experiment: Path) ->
     assert len(results.curves) == 6 and results.best_config["x"] == 0.1
     csv = runner.invoke(app, ["results", str(experiment), "--curves", "--format", "csv"])
     assert csv.exit_code == 0, csv.output
-    assert csv.stdout.splitlines()[0] == ("trial_id,training_iteration,time_total_s,score,"
-                                          "resumed_at")
+    assert csv.stdout.splitlines()[0] == ("trial_id,training_iteration,time_total_s,cpu_hours,"
+                                          "gpu_hours,score,resumed_at")

@@ -4,10 +4,14 @@ real offline W&B run directory; a resumed trial continues its MLflow run."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import hpo
 from hpo.driver.tracking import MLFLOW_RUNS_FILE
@@ -127,3 +131,74 @@ def test_missing_package_names_the_extra(package: str, monkeypatch: pytest.Monke
     line = str(caught.value)
     assert f"tracking.{package}" in line and f"hpo[{package}]" in line
     assert "\n" not in line
+
+
+def _no_wandb_login(home: Path) -> dict[str, str]:
+    """This environment with a fresh HOME and none of the places W&B finds a key in."""
+    drop = ("WANDB_API_KEY", "WANDB_MODE", "WANDB_SETUP_API_KEY_HOOK", "WANDB_IDENTITY_TOKEN_FILE",
+            "NETRC", "SLURM_JOB_ID", "WANDB_CONFIG_DIR", "WANDB_DIR")
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    return {**env, "HOME": str(home), "PYTHONUNBUFFERED": "1"}
+
+
+CHECK = """
+import os, sys
+from hpo.errors import ConfigError
+from hpo.spec.load import spec_from_dict
+spec = spec_from_dict({"name": "t", "trainable": "trainables.digits:train", "metric": "m",
+                       "mode": "max", "tracking": {"wandb": {"project": "p"%s}}}, "exp.yaml")
+try:
+    spec.tracking.check_login("exp.yaml", os.environ)
+except ConfigError as exc:
+    sys.exit(str(exc))
+"""
+
+
+def _check(env: dict[str, str], mode: str | None) -> subprocess.CompletedProcess[str]:
+    code = CHECK % (f', "mode": "{mode}"' if mode else "")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_wandb_online_without_a_key_is_refused_by_the_cli(tmp_path: Path) -> None:
+    env = _no_wandb_login(tmp_path / "home")
+    space = tmp_path / "online.yaml"
+    space.write_text(yaml.safe_dump(_spec(tmp_path, "tests/test_trainables.py:steady",
+                                          {"wandb": {"project": "p", "mode": "online"}})))
+    done = subprocess.run([sys.executable, "-m", "hpo", "run", str(space), "--cpus", "2"],
+                          cwd=HERE.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "tracking.wandb.mode" in lines[0] and "no W&B API key" in lines[0], lines
+    assert "mode: offline" in lines[0] and "wandb login" in lines[0], lines
+    assert not list((tmp_path / "results").glob("tracked/*/result.json"))  # no trial ran
+
+
+def test_wandb_key_in_netrc_written_by_wandb_is_found(tmp_path: Path) -> None:
+    env = _no_wandb_login(tmp_path / "home")
+    refused = _check(env, "online")
+    assert refused.returncode == 1 and "no W&B API key" in refused.stderr, refused.stderr
+    from wandb.sdk.lib import wbauth
+
+    saved = os.environ.get("NETRC")
+    os.environ["NETRC"] = str(tmp_path / "home" / ".netrc")  # wandb writes where this says
+    try:
+        wbauth.write_netrc_auth(host="https://api.wandb.ai", api_key="k" * 40)
+    finally:
+        if saved is None:
+            del os.environ["NETRC"]
+        else:
+            os.environ["NETRC"] = saved
+    found = _check(env, "online")  # the same HOME, now with wandb's own ~/.netrc entry
+    assert found.returncode == 0, found.stderr
+
+
+@pytest.mark.parametrize(("mode", "extra"), [
+    ("offline", {}), (None, {"SLURM_JOB_ID": "42"}), ("online", {"WANDB_API_KEY": "k" * 40}),
+])
+def test_wandb_without_a_login_is_fine_offline_or_with_a_key(
+        tmp_path: Path, mode: str | None, extra: dict[str, str]) -> None:
+    done = _check({**_no_wandb_login(tmp_path / "home"), **extra}, mode)
+    assert done.returncode == 0, done.stderr

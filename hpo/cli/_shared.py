@@ -51,8 +51,14 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def finish(result: Any) -> None:
-    print_table(result.dataframe.head(10))
-    out.print("[bold]best config[/bold]")
+    frame = result.dataframe
+    print_table(frame.head(10))
+    if "pareto_front" in frame:  # several objectives: the first row is the front's best
+        out.print(f"pareto front: {int(frame['pareto_front'].sum())} trial(s); `hpo best "
+                  f"{result.path}` lists them", highlight=False, soft_wrap=True)
+        out.print(f"[bold]best config on the front for {frame.attrs['metric']}[/bold]")
+    else:
+        out.print("[bold]best config[/bold]")
     out.print(yaml.safe_dump(result.best_config, sort_keys=False).rstrip(), highlight=False)
     out.print(f"experiment folder: {result.path}", highlight=False, soft_wrap=True)
     if result.errors:
@@ -68,6 +74,22 @@ def print_table(frame: Any) -> None:
     for _, row in frame[shown].iterrows():
         table.add_row(*[cell(v) for v in row])
     out.print(table)
+
+
+def front_yaml(frame: Any) -> str:
+    """The Pareto front as YAML, after a comment line saying what it is: a list of
+    {trial_id, each objective's last value, config}, best first on the first objective."""
+    from hpo.results import front, plain, row_config
+
+    goals = frame.attrs["objectives"]
+    rows = front(frame)
+    entries = [{"trial_id": row["trial_id"],
+                **{metric: plain(row[f"last_{metric}"]) for metric, _ in goals},
+                "config": row_config(row)} for _, row in rows.iterrows()]
+    finished = int(frame["status"].eq("TERMINATED").sum())
+    said = ", ".join(f"{metric} ({mode})" for metric, mode in goals)
+    head = f"# Pareto front of {said}: {len(rows)} of {finished} finished trial(s)\n"
+    return head + (yaml.safe_dump(entries, sort_keys=False) if entries else "[]\n")
 
 
 def cell(value: Any) -> str:

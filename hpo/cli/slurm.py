@@ -78,7 +78,7 @@ _SBATCH_OPTIONS: dict[str, tuple[Any, Any]] = {  # name: (type, typer option)
     "partition": (str | None, typer.Option(None, "--partition", "-p")),
     "account": (str | None, typer.Option(None, "--account", "-A")),
     "requeue": (bool | None, typer.Option(
-        None, "--requeue/--no-requeue",
+        None, "--requeue/--no-requeue", metavar="",  # a flag: no `<bool>` in --help
         help="On the walltime warning: stop, requeue, resume (default on).")),
 }
 

@@ -75,6 +75,9 @@ def callbacks(spec: Spec, exp_dir: Path) -> list[Any]:
             tracking_uri=mlflow.tracking_uri, experiment_name=mlflow.experiment_name or spec.name,
             tags={"hpo.experiment": exp_dir.name, **mlflow.tags}))
     if wandb:
+        # The runner checks this before Ray starts; here again for callers that build the
+        # callbacks themselves: one line instead of Ray's traceback from its logging actor.
+        spec.tracking.check_login(str(exp_dir), os.environ)
         # These go to wandb.init in Ray's logging actor (a separate process), which would
         # write into the trial's staging folder in Ray's temp dir, deleted after the run:
         # W&B's files go to WANDB_DIR, else to <experiment>/wandb/.

@@ -1,5 +1,7 @@
 """search.warm_start: an earlier experiment's finished trials, fed to Optuna before the first
-new trial, so TPE starts from what is known instead of from random startup trials."""
+new trial, so TPE starts from what is known instead of from random startup trials. With
+several objectives each trial brings a value per objective (Optuna's study.add_trial: Ray's
+add_evaluated_point takes one value)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from hpo.spec.model import Spec
 # on stderr as the bare message, which is the one line `hpo run` shows (like hpo.lease's).
 log = logging.getLogger("hpo.warm_start")
 
-Evaluated = list[tuple[dict[str, Any], float]]
+Evaluated = list[tuple[dict[str, Any], list[float]]]  # config, a value per objective
 
 
 class WarmOptunaSearch(OptunaSearch):
@@ -29,25 +31,28 @@ class WarmOptunaSearch(OptunaSearch):
         super().__init__(*args, **kwargs)
 
     def _setup_study(self, mode: Any) -> None:
+        from optuna.trial import create_trial
+
         super()._setup_study(mode)
-        for config, value in self._evaluated:
-            self.add_evaluated_point(config, value)
+        self._ot_study.add_trials([create_trial(values=values, params=config,
+                                                distributions=self._space)
+                                   for config, values in self._evaluated])
 
 
 def earlier_trials(spec: Spec) -> Evaluated:
-    """(config, final objective) of each finished trial of spec.search.warm_start that fits the
-    current search space; the others are skipped with a warning naming them."""
+    """(config, final objective values) of each finished trial of spec.search.warm_start that
+    fits the current search space; the others are skipped with a warning naming them."""
     folder = Path(str(spec.search.warm_start)).expanduser().resolve()
     frame = load_results(folder)
     found: Evaluated = []
     finished = frame[frame["status"] == "TERMINATED"] if len(frame) else frame
     for _, row in finished.iterrows():
-        config, value = _config(row, spec), _final(Path(row["path"]), spec.metric)
-        why = _misfit(config, spec) if value is not None else f"no {spec.metric} reported"
+        config, values = _config(row, spec), _finals(Path(row["path"]), spec)
+        why = _misfit(config, spec) if isinstance(values, list) else values
         if why:
             log.warning("warning: warm start: skipped trial %s: %s", row["trial_id"], why)
         else:
-            found.append((config, value))  # type: ignore[arg-type]
+            found.append((config, values))  # type: ignore[arg-type]
     log.warning("warm start: %d trials from %s", len(found), folder)
     return found
 
@@ -62,11 +67,17 @@ def _config(row: Any, spec: Spec) -> dict[str, Any]:
     return config
 
 
-def _final(trial_dir: Path, metric: str) -> float | None:
-    """The objective Optuna would have been told: the metric's last reported value."""
-    values = [r[metric] for r in trial_results(trial_dir)
-              if isinstance(r.get(metric), (int, float))]
-    return float(values[-1]) if values else None
+def _finals(trial_dir: Path, spec: Spec) -> list[float] | str:
+    """What Optuna would have been told: each objective's last reported value, or why not."""
+    results = trial_results(trial_dir)
+    finals = []
+    for metric, _ in spec.objectives:
+        values = [r[metric] for r in results if isinstance(r.get(metric), (int, float))
+                  and math.isfinite(r[metric])]  # Optuna refuses NaN
+        if not values:
+            return f"no {metric} reported"
+        finals.append(float(values[-1]))
+    return finals
 
 
 def _misfit(config: dict[str, Any], spec: Spec) -> str | None:

@@ -19,20 +19,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo import session
+from hpo import cost, session
 from hpo.session import Trainable, tune_storage
 
 
 def with_session(func: Trainable, checkpoint_every: int, cpus: float = 1) -> Trainable:
-    """Wrap a trainable so `hpo.report` knows the checkpoint policy and torch uses the trial's
-    CPUs; Ray sees `func(config)`."""
+    """Wrap a trainable so `hpo.report` knows the checkpoint policy and the trial's cost
+    (metered from here), and torch uses the trial's CPUs; Ray sees `func(config)`."""
 
     @functools.wraps(func)
     def run_trial(config: dict[str, Any]) -> Any:
         _keep_earlier_output()
         _use_cpus(cpus)
         try:
-            with session.trial_session(checkpoint_every):
+            with cost.metered(), session.trial_session(checkpoint_every):
                 return func(config)
         finally:  # Tune copies the output files out when a trial ends, before it flushes them
             sys.stdout.flush()

@@ -1,7 +1,9 @@
 """Mirror a Ray Tune run into an Optuna study (`optuna_storage:` in the YAML).
 
 Every trial becomes an Optuna trial with its params, one intermediate value per report and
-the last reported metric as its value, so `optuna-dashboard STORAGE` shows a Ray Tune run.
+the last reported metric as its value (several objectives: a value each, and no intermediate
+values, which Optuna keeps for one objective only), so `optuna-dashboard STORAGE` shows a Ray
+Tune run.
 The mirror is a Tune callback on the driver: trainables and workers never touch the storage.
 Tune pickles callbacks into the experiment folder, so `hpo resume` continues the same study.
 """
@@ -43,8 +45,8 @@ def mirror_for(spec: Any, source: str, study_name: str) -> list[Any]:
 class OptunaMirror(Callback):
     """A Tune callback that writes each trial's config, reports and end into a study."""
 
-    def __init__(self, storage: str, study_name: str, metric: str, mode: str,
-                 space: dict[str, Any]) -> None:
+    def __init__(self, storage: str, study_name: str, metric: str | list[str],
+                 mode: str | list[str], space: dict[str, Any]) -> None:
         # An absolute journal path: `hpo resume` may run from another folder.
         self.storage = storage if "://" in storage else str(Path(storage).expanduser().resolve())
         self.study_name, self.metric, self.mode, self.space = study_name, metric, mode, space
@@ -69,9 +71,10 @@ class OptunaMirror(Callback):
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # no study banners in the live view
         self._storage = open_storage(self.storage)
-        direction = "maximize" if self.mode == "max" else "minimize"
+        modes = [self.mode] if isinstance(self.mode, str) else self.mode
         study = optuna.create_study(storage=self._storage, study_name=self.study_name,
-                                    direction=direction, load_if_exists=True)
+                                    directions=["maximize" if m == "max" else "minimize"
+                                                for m in modes], load_if_exists=True)
         trials = study.get_trials(deepcopy=False)
         if fresh and trials:
             raise ValueError(f"study '{self.study_name}' there already has {len(trials)} "
@@ -111,13 +114,17 @@ class OptunaMirror(Callback):
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,
                         **info: Any) -> None:
+        if not isinstance(self.metric, str):
+            return
         value, step = result.get(self.metric), result.get("training_iteration")
         if _number(value) and isinstance(step, int) and trial.trial_id not in self._done:
             self._storage.set_trial_intermediate_value(self._trial_id(trial), step, value)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        value = (trial.last_result or {}).get(self.metric)
-        self._finish(trial, [float(value)] if _number(value) else None)
+        last = trial.last_result or {}
+        values = [last.get(m) for m in ([self.metric] if isinstance(self.metric, str)
+                                        else self.metric)]
+        self._finish(trial, [float(v) for v in values] if all(map(_number, values)) else None)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._finish(trial, None)

@@ -9,6 +9,9 @@ from pydantic import Field, PositiveInt, model_validator
 from hpo.spec._validation import FieldProblem, Strict, did_you_mean
 from hpo.spec.distributions import Distribution
 
+Metric = str | list[str]  # one objective, or several (Optuna only: see hpo.spec.objectives)
+TPE_KEYS = ("n_startup_trials", "multivariate", "constant_liar")
+
 
 class _Searcher(Strict):
     # Also seeds the schedulers' draws (runner: seeded_scheduler_draws).
@@ -50,7 +53,7 @@ class _Searcher(Strict):
                 if why:
                     raise FieldProblem(where, why, "use a value the distribution can draw")
 
-    def build(self, metric: str, mode: str) -> Any:  # pragma: no cover - overridden
+    def build(self, metric: Metric, mode: Metric) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
 
 
@@ -59,7 +62,7 @@ class Random(_Searcher):
 
     type: Literal["random"]
 
-    def build(self, metric: str, mode: str) -> Any:
+    def build(self, metric: Metric, mode: Metric) -> Any:
         from ray.tune.search.basic_variant import BasicVariantGenerator
 
         return BasicVariantGenerator(random_state=self.seed,
@@ -82,21 +85,36 @@ class Grid(_Searcher):
             raise FieldProblem("points_to_evaluate", "a grid runs every combination already",
                                "drop points_to_evaluate, or use search.type: random/optuna")
 
-    def build(self, metric: str, mode: str) -> Any:
+    def build(self, metric: Metric, mode: Metric) -> Any:
         from ray.tune.search.basic_variant import BasicVariantGenerator
 
         return BasicVariantGenerator()
 
 
 class Optuna(_Searcher):
-    """Optuna's TPE sampler through Ray Tune's OptunaSearch."""
+    """Optuna's TPE (default) or NSGA-II sampler through Ray Tune's OptunaSearch; both search
+    several objectives for a Pareto front."""
 
     type: Literal["optuna"]
+    sampler: Literal["tpe", "nsga2"] = "tpe"
     n_startup_trials: PositiveInt = 10
     multivariate: bool = False
     # Trials running side by side count as bad results until they end, so TPE does not
     # propose the same region to every free worker (Optuna's advice for parallel runs).
     constant_liar: bool = True
+    population_size: Annotated[int, Field(ge=2)] = 50  # NSGA-II: trials per generation
+
+    @model_validator(mode="after")
+    def _keys_of_the_sampler(self) -> Optuna:
+        # Only a value other than the default: a saved spec (hpo resume) holds every key.
+        foreign = TPE_KEYS if self.sampler == "nsga2" else ("population_size",)
+        wrong = [k for k in foreign if getattr(self, k) != type(self).model_fields[k].default]
+        if wrong:
+            other = "tpe" if self.sampler == "nsga2" else "nsga2"
+            raise FieldProblem(wrong[0], f"is not a setting of the {self.sampler} sampler "
+                               f"(got {getattr(self, wrong[0])!r})",
+                               f"drop it, or use sampler: {other}")
+        return self
 
     def check_space(self, space: dict[str, Distribution]) -> None:
         for name, dist in space.items():
@@ -104,20 +122,28 @@ class Optuna(_Searcher):
                 raise FieldProblem(name, "grid is not supported by search.type optuna",
                                    "use {choice: [...]} or search.type: grid")
 
-    def build(self, metric: str, mode: str, searcher_class: Any = None, **extra: Any) -> Any:
-        """OptunaSearch, or `searcher_class` (a subclass, e.g. the driver's warm start)."""
+    def build(self, metric: Metric, mode: Metric, searcher_class: Any = None,
+              **extra: Any) -> Any:
+        """OptunaSearch, or `searcher_class` (a subclass, e.g. the driver's warm start); a
+        list of metrics and modes makes a multi-objective study."""
         import optuna
         from ray.tune.search.optuna import OptunaSearch
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        sampler = optuna.samplers.TPESampler(
+        # Enqueued in the study: the first trials run these, and the sampler learns from them.
+        points = list(self.points_to_evaluate) or None
+        return (searcher_class or OptunaSearch)(metric=metric, mode=mode,
+                                                sampler=self._sampler(optuna),
+                                                points_to_evaluate=points, **extra)
+
+    def _sampler(self, optuna: Any) -> Any:
+        if self.sampler == "nsga2":
+            return optuna.samplers.NSGAIISampler(seed=self.seed,
+                                                 population_size=self.population_size)
+        return optuna.samplers.TPESampler(
             seed=self.seed, n_startup_trials=self.n_startup_trials,
             multivariate=self.multivariate, constant_liar=self.constant_liar,
         )
-        # Enqueued in the study: the first trials run these, and TPE learns from them.
-        points = list(self.points_to_evaluate) or None
-        return (searcher_class or OptunaSearch)(metric=metric, mode=mode, sampler=sampler,
-                                                points_to_evaluate=points, **extra)
 
 
 Searcher = Annotated[Random | Grid | Optuna, Field(discriminator="type")]

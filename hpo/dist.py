@@ -47,9 +47,15 @@ def init(backend: Backend) -> None:
 
 
 def shutdown() -> None:
-    """Leave the process group (DDP) so the next trial in this process starts clean."""
+    """Leave the backend (Horovod's ring, DDP's process group) so that the next trial in this
+    process can init it again: a warm rank serves many trials (hpo.ranks.pool). A rank that
+    leaves first makes the others' next collective fail at once, not hang."""
     global _backend
-    if _backend == "ddp":
+    if _backend == "horovod":
+        import horovod.torch as hvd
+
+        hvd.shutdown()  # no-op when not initialised; hvd.init() works again afterwards
+    elif _backend == "ddp":
         import torch.distributed as tdist
 
         if tdist.is_initialized():
@@ -130,10 +136,15 @@ def prepare(model: torch.nn.Module, optimizer: torch.optim.Optimizer
     if _backend == "horovod":
         import horovod.torch as hvd
 
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        # The wrapper is a new optimizer over the same parameters, with empty state: carry a
+        # restored state (momentum buffers) over, or a resumed trial would lose it.
+        restored = optimizer.state_dict()
         optimizer = hvd.DistributedOptimizer(optimizer,
                                              named_parameters=model.named_parameters())
+        if restored["state"]:
+            optimizer.load_state_dict(restored)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     elif _backend == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 

@@ -13,6 +13,8 @@ rank count never enters the math, so a config takes the same steps on 1, 2 or 4 
       double_every: 2          # epochs between doublings (default 1)
       lr_rule: sqrt            # none | sqrt | linear: lr x rule(global batch / reference)
       ramp_steps: 50           # steps over which the LR moves to each new rate (default 0)
+      grow_at: [1, 2]          # epochs from which the batch is grow_factor x bigger again
+      grow_factor: 2           # (the rasda scheduler writes both as it grows a trial's ranks)
 
 Every field can also be given, or searched, as a flat key (`batch_schedule.double_every`);
 a flat key wins over the nested one. The optimizer stays the trial's one `optimizer` key
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
 LR_RULES = ("none", "sqrt", "linear")
 OPTIMIZERS = ("sgd", "adam", "adamw", "lars", "lamb")
 SCHEDULE = "batch_schedule"
-FIELDS = ("start", "max", "double_every", "lr_rule", "ramp_steps")
+FIELDS = ("start", "max", "double_every", "lr_rule", "ramp_steps", "grow_at", "grow_factor")
 SOURCE = "trial config"  # the source named in errors raised inside a trial
 
 # Keys of earlier versions: each fails naming what replaced it (what changed, the hint).
@@ -118,8 +120,10 @@ def check_trial_config(config: Mapping[str, Any], source: str, workers: int = 1)
 class BatchSchedule:
     """A global batch that doubles every `double_every` epochs from `start` up to `max`, with
     the LR moved by `lr_rule` against the `reference` batch and ramped over `ramp_steps`
-    optimizer steps at each growth (and at the start, from `lr` at the reference batch). A
-    pure function of (epoch, step), so a restored trial continues on the same rates."""
+    optimizer steps at each growth (and at the start, from `lr` at the reference batch). From
+    each epoch in `grow_at` on, the batch is `grow_factor` times bigger again (RASDA's growth
+    with the ranks, on top of the doublings). A pure function of (epoch, step), so a restored
+    trial continues on the same rates."""
 
     start: int
     max: int
@@ -127,6 +131,8 @@ class BatchSchedule:
     lr_rule: str = "none"
     ramp_steps: int = 0
     reference: int = 0  # lr_reference_batch; 0: start
+    grow_at: tuple[int, ...] = ()
+    grow_factor: int = 2
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, workers: int = 1,
@@ -134,19 +140,27 @@ class BatchSchedule:
         """The schedule a trial config asks for, checked as `check_trial_config` does."""
         fields = _resolve(config, source, workers, default_batch)
         return cls(fields["start"], fields["max"], fields["double_every"], fields["lr_rule"],
-                   fields["ramp_steps"], fields["reference"])
+                   fields["ramp_steps"], fields["reference"], fields["grow_at"],
+                   fields["grow_factor"])
 
     def global_batch(self, epoch: int) -> int:
+        return self._doubled(epoch) * self.grow_factor ** self._growths(epoch)
+
+    def _doubled(self, epoch: int) -> int:
         return min(self.max, self.start * 2 ** (epoch // self.double_every))
+
+    def _growths(self, epoch: int) -> int:
+        return sum(1 for at in self.grow_at if at <= epoch)
 
     def steps(self, epoch: int, items: int) -> int:
         """Optimizer steps of an epoch over `items` rows (the last partial batch dropped)."""
         return items // self.global_batch(epoch)
 
     def first_epoch(self, epoch: int) -> int:
-        """The epoch at which this epoch's global batch began (O(1): called every step)."""
-        doublings = (-(-self.global_batch(epoch) // self.start) - 1).bit_length()
-        return doublings * self.double_every
+        """The epoch at which this epoch's global batch began (cheap: called every step)."""
+        doublings = (-(-self._doubled(epoch) // self.start) - 1).bit_length()
+        grown = [at for at in self.grow_at if at <= epoch]
+        return max([doublings * self.double_every, *grown])
 
     def lr(self, lr: float, epoch: int, step: int, items: int) -> float:
         """The rate at this step of this epoch, given `lr` at the reference batch."""
@@ -188,6 +202,7 @@ def _resolve(config: Mapping[str, Any], source: str, workers: int,
                               f"use a multiple of {workers}, or change distributed.workers")
     return {"start": start, "max": top, "double_every": given.get("double_every") or 1,
             "lr_rule": given.get("lr_rule") or "none", "ramp_steps": given.get("ramp_steps") or 0,
+            "grow_at": given.get("grow_at") or (), "grow_factor": given.get("grow_factor") or 2,
             "reference": _whole("lr_reference_batch", config.get("lr_reference_batch"),
                                 source, 1) or 0}
 
@@ -209,12 +224,27 @@ def _schedule_fields(config: Mapping[str, Any], source: str) -> dict[str, Any]:
 
 def _field(name: str, value: Any, source: str) -> Any:
     path = f"{SCHEDULE}.{name}"
+    if name == "grow_at":
+        return _epochs(path, value, source)
     if name != "lr_rule":
-        return _whole(path, value, source, 0 if name == "ramp_steps" else 1)
+        least = {"ramp_steps": 0, "grow_factor": 2}.get(name, 1)
+        return _whole(path, value, source, least)
     if value not in LR_RULES:
         raise ConfigError(source, path, f"unknown rule {value!r}",
                           _did_you_mean(str(value), LR_RULES))
     return value
+
+
+def _epochs(path: str, value: Any, source: str) -> tuple[int, ...]:
+    """Growth epochs: whole numbers >= 1, rising."""
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(source, path, f"expected a list of epochs, got {value!r}",
+                          "e.g. [1, 2] (the batch grows before epochs 1 and 2)")
+    epochs = tuple(_whole(f"{path}[{i}]", at, source, 1) or 0 for i, at in enumerate(value))
+    if list(epochs) != sorted(set(epochs)):
+        raise ConfigError(source, path, f"epochs must rise (got {list(value)})",
+                          "list each growth epoch once, in order")
+    return epochs
 
 
 def _whole(path: str, value: Any, source: str, least: int) -> int | None:
@@ -224,9 +254,10 @@ def _whole(path: str, value: Any, source: str, least: int) -> int | None:
         return None
     number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     if number is None or not float(number).is_integer() or number < least:
-        kind = "a positive whole number" if least else "a whole number >= 0"
+        kind = {0: "a whole number >= 0", 1: "a positive whole number"}.get(
+            least, f"a whole number >= {least}")
         raise ConfigError(source, path, f"must be {kind} (got {value!r})",
-                          "e.g. 256" if least else "e.g. 0 or 50")
+                          {0: "e.g. 0 or 50", 1: "e.g. 256"}.get(least, f"e.g. {least}"))
     return int(number)
 
 

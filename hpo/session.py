@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from hpo import cost
+
 Trainable = Callable[[dict[str, Any]], Any]  # what `trainable:` names: f(config)
 _STATE_PT, _STATE_PKL, _DIR, _ITER = "hpo_state.pt", "hpo_state.pkl", "hpo_dir", "hpo_iteration"
 
@@ -30,6 +32,10 @@ class RankLink(Protocol):
 
     def send(self, metrics: dict[str, Any], checkpoint: Path | None) -> None:
         """Hand rank 0's report (and checkpoint folder) to the trial, wait until it goes on."""
+
+    def follow(self) -> None:
+        """On the other ranks: wait for the scheduler's decision on rank 0's same report, so
+        that all ranks stop together (a DDP rank would wait in its next collective)."""
 
     def restored(self) -> Path | None:
         """A local copy of the checkpoint the trial was started from, if any."""
@@ -63,6 +69,9 @@ class _LocalLink:
 
     def send(self, metrics: dict[str, Any], checkpoint: Path | None) -> None:
         self.reports.append(metrics)
+
+    def follow(self) -> None:
+        pass
 
     def restored(self) -> Path | None:
         return None
@@ -106,16 +115,25 @@ def report(metrics: Mapping[str, Any], checkpoint: Any = None) -> None:
     if trial.link is not None:
         if trial.link.main:  # the others' reports are copies; their checkpoints, not written
             _send_from_rank(trial.link, dict(metrics), checkpoint, trial.reports)
+        else:
+            trial.link.follow()
         return
+    _to_tune(metrics, checkpoint, trial.reports)
+
+
+def _to_tune(metrics: Mapping[str, Any], checkpoint: Any, reports: int) -> None:
+    """tune.report, with the trial's cost so far in the result and in the checkpoint."""
     from ray import tune  # here, not above: a linked process may never need Ray
 
-    if checkpoint is None:
-        tune.report(dict(metrics))
-    elif isinstance(checkpoint, tune.Checkpoint):
-        tune.report(dict(metrics), checkpoint=checkpoint)
-    else:
-        with _written(checkpoint, trial.reports) as folder:
-            tune.report(dict(metrics), checkpoint=tune.Checkpoint.from_directory(folder))
+    with contextlib.ExitStack() as stack:
+        saved = checkpoint
+        if checkpoint is not None and not isinstance(checkpoint, tune.Checkpoint):
+            saved = tune.Checkpoint.from_directory(stack.enter_context(
+                _written(checkpoint, reports)))
+        totals = cost.current()  # after the checkpoint was written: its time counts too
+        if saved is not None:
+            cost.record(saved, totals)
+        tune.report(cost.added(metrics, totals), checkpoint=saved)
 
 
 def _send_from_rank(link: RankLink, metrics: dict[str, Any], checkpoint: Any,

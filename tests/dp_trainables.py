@@ -109,3 +109,13 @@ def _maybe_die(config: dict[str, Any], epoch: int) -> None:
     if not marker.exists():
         marker.write_text(str(os.getpid()))
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def paced(config: dict[str, Any]) -> None:
+    """`steps` steps of `sleep` seconds of work each, shared evenly by the ranks (as a fixed
+    global batch is), a checkpoint each step; `start` is the step this process began at."""
+    state = hpo.get_checkpoint()
+    start = state["step"] + 1 if state else 1
+    for step in range(start, config["steps"] + 1):
+        time.sleep(config["sleep"] / dist.size())
+        hpo.report({"score": float(step), "start": start}, checkpoint={"step": step})

@@ -56,6 +56,12 @@ failure:
 NO_RESOURCES = BASE.replace("resources:\n  cpus_per_trial: 1\n", "")
 DIST = "distributed:\n  backend: horovod\n  workers: 2\n"
 ASHA = "scheduler:\n  type: asha\n  max_t: 2\n  grace_period: 1\n"
+RASDA = ASHA.replace("asha", "rasda")
+# the built-in image trainable, a batch that splits on 1 and 2 ranks but not on 3
+RASDA_IMAGES = (NO_RESOURCES.replace("trainables.digits", "trainables.images")
+                .replace("  batch_size:\n    choice: [32, 64, 128]\n", "")
+                .replace("  epochs: 2\n", "  epochs: 2\n  batch_size: 64\n")
+                + DIST.replace("workers: 2", "workers: 1") + "  max_workers: 3\n")
 LR_MUTATION = "  hyperparam_mutations:\n    lr:\n      loguniform: [1.0e-4, 1.0e-1]\n"
 
 
@@ -290,6 +296,31 @@ CASES = [
     Case("trial-gpus-fraction-above-one", sub("cpus_per_trial: 1", "cpus_per_trial: 1\n  "
                                               "gpus_per_trial: 2.5"),
          "resources.gpus_per_trial", "2.5", ("whole GPUs",)),
+    # --- rasda: trials that grow their ranks at each rung ---------------------------------
+    Case("rasda-without-ranks", sub(ASHA, RASDA), "scheduler.type", "rasda",
+         ("no distributed section",)),
+    Case("rasda-without-max-workers", sub(ASHA, RASDA, NO_RESOURCES + DIST),
+         "distributed.max_workers", extra=("grow to",)),
+    Case("rasda-max-below-workers", sub(ASHA, RASDA, NO_RESOURCES + DIST
+                                        + "  max_workers: 1\n"),
+         "distributed.max_workers", "1 < 2"),
+    Case("max-workers-without-rasda", NO_RESOURCES + DIST + "  max_workers: 4\n",
+         "distributed.max_workers", "asha", ("rasda",)),
+    Case("rasda-grown-batch-odd-step", sub(ASHA, RASDA + "  batch: grows\n",
+                                           NO_RESOURCES + DIST + "  max_workers: 6\n"),
+         "distributed.max_workers", "6", ("growth_factor=2",)),
+    Case("rasda-unknown-batch-mode", sub(ASHA, RASDA + "  batch: doubles\n",
+                                         NO_RESOURCES + DIST + "  max_workers: 4\n"),
+         "scheduler.batch", "doubles"),
+    Case("rasda-rung-without-checkpoint", sub("  frequency: 1\n", "  frequency: 0\n", sub(
+        ASHA, RASDA, NO_RESOURCES + DIST + "  max_workers: 4\n")),
+         "checkpoint.frequency", "got 0", ("rung",)),
+    Case("rasda-beyond-the-job", sub(ASHA, RASDA, NO_RESOURCES + DIST
+                                     + "  max_workers: 16\n  gpus_per_worker: 1\n")
+         + "slurm:\n  nodes: 2\n  gpus_per_node: 4\n",
+         "distributed.max_workers", "16 GPUs", ("2 node(s) x 4",)),
+    Case("rasda-batch-split-on-grown-ranks", sub(ASHA, RASDA, RASDA_IMAGES),
+         "constants.batch_size", "64", ("3 ranks",)),
     # --- the large-batch keys of the built-in trainables: one meaning on any rank count --
     Case("removed-lr-scaling", sub("  epochs: 2\n", "  epochs: 2\n  lr_scaling: linear\n",
                                    BASE.replace("trainables.digits", "trainables.images")),

@@ -148,3 +148,16 @@ def _last(trial_dir: str, key: str) -> int:
 
     lines = (Path(trial_dir) / "result.json").read_text().splitlines()
     return json.loads(lines[-1])[key]
+
+
+def test_a_saved_data_parallel_spec_loads_again_for_resume() -> None:
+    """hpo-spec.yaml of a distributed experiment once held the default `resources:`, which
+    validation refuses beside `distributed:`: every requeue or `hpo resume` of one failed."""
+    from hpo.driver.runner import _portable
+    from hpo.spec.load import spec_from_dict
+
+    spec = spec_from_dict({"name": "dp", "trainable": "trainables.images:train",
+                           "metric": "val_loss", "mode": "min",
+                           "distributed": {"backend": "ddp", "workers": 2}})
+    again = spec_from_dict(_portable(spec), source="hpo-spec.yaml")
+    assert again.distributed == spec.distributed and "resources" not in _portable(spec)

@@ -21,6 +21,8 @@ from ray.tune.search import sample
 from ray.tune.search.basic_variant import BasicVariantGenerator
 from ray.tune.search.optuna import OptunaSearch
 
+from hpo.driver import translate
+from hpo.driver.rasda import RasdaScheduler
 from hpo.driver.translate import param_space
 from hpo.spec.distributions import KINDS, Distribution
 from hpo.spec.load import spec_from_dict
@@ -31,6 +33,7 @@ MUTATIONS = {"lr": {"uniform": [0.001, 0.1]}}
 SCHEDULERS: dict[str, tuple[dict[str, Any], type]] = {
     "fifo": ({}, FIFOScheduler),
     "asha": ({"max_t": 9, "grace_period": 2, "reduction_factor": 3}, ASHAScheduler),
+    "rasda": ({"max_t": 9, "grace_period": 1}, RasdaScheduler),
     "hyperband": ({"max_t": 9}, HyperBandScheduler),
     "median": ({"grace_period": 2}, MedianStoppingRule),
     "pbt": ({"hyperparam_mutations": MUTATIONS}, PopulationBasedTraining),
@@ -49,7 +52,9 @@ def test_table_covers_the_registry() -> None:
 @pytest.mark.parametrize("kind", SCHEDULER_TYPES)
 def test_scheduler_builds_rays_class(kind: str) -> None:
     options, cls = SCHEDULERS[kind]
-    built = _spec(scheduler={"type": kind, **options}).scheduler.build()
+    ranks = {"distributed": {"backend": "ddp", "workers": 1, "max_workers": 4}}
+    built = translate.scheduler(_spec(scheduler={"type": kind, **options},
+                                      **(ranks if kind == "rasda" else {})))
     assert type(built) is cls
 
 

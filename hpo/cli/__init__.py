@@ -8,7 +8,16 @@ from pathlib import Path
 import typer
 import yaml
 
-from hpo.cli._shared import SetOption, err, finish, guarded, out, print_table, state
+from hpo.cli._shared import (
+    SetOption,
+    err,
+    finish,
+    front_yaml,
+    guarded,
+    out,
+    print_table,
+    state,
+)
 from hpo.cli.slurm import slurm_app
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
@@ -31,9 +40,15 @@ def _print_versions(asked: bool) -> None:
     raise typer.Exit()
 
 
+# typer 0.29 prints a flag's type (`--debug <bool>`) as if it took a value; an empty metavar
+# leaves the type column blank for a flag (typer's own --help keeps its `<bool>`).
+FLAG = ""
+
+
 @app.callback()
-def _options(debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
-             _version: bool = typer.Option(False, "--version", is_eager=True,
+def _options(debug: bool = typer.Option(False, "--debug", metavar=FLAG,
+                                        help="Show tracebacks."),
+             _version: bool = typer.Option(False, "--version", is_eager=True, metavar=FLAG,
                                            callback=_print_versions,
                                            help="Versions of hpo, Ray, torch, Horovod, Optuna.")
              ) -> None:
@@ -56,27 +71,37 @@ def validate(space: Path, overrides: list[str] | None = SetOption) -> None:
     out.print(f"{space}: OK")
 
 
+TimeLimit = typer.Option(
+    None, "--time-limit", min=1, metavar="SECONDS",
+    help="End like a Slurm job with this time limit: no rung starts that cannot finish "
+    "slurm.signal_seconds before it; then the run stops, saved (`hpo resume`). Inside Slurm "
+    "the allocation's end counts without it.")
+
+
 @app.command()
 @guarded
 def run(space: Path, storage: str | None = typer.Option(None, help="Results root."),
         name: str | None = typer.Option(None, help="Experiment folder name."),
         overrides: list[str] | None = SetOption,
-        cpus: int | None = typer.Option(None, help="CPUs of the embedded Ray.")) -> None:
+        cpus: int | None = typer.Option(None, help="CPUs of the embedded Ray."),
+        time_limit: float | None = TimeLimit) -> None:
     """Run the experiment in SPACE.yaml; its folder is <storage>/<name>."""
     from hpo.driver.runner import run as run_experiment
     from hpo.spec.load import load_spec
 
     spec = load_spec(space, overrides)
-    finish(run_experiment(spec, storage=storage, name=name, num_cpus=cpus, source=str(space)))
+    finish(run_experiment(spec, storage=storage, name=name, num_cpus=cpus, source=str(space),
+                          time_limit_s=time_limit))
 
 
 @app.command()
 @guarded
-def resume(experiment_dir: Path, cpus: int | None = typer.Option(None)) -> None:
+def resume(experiment_dir: Path, cpus: int | None = typer.Option(None),
+           time_limit: float | None = TimeLimit) -> None:
     """Continue an interrupted experiment from its folder."""
     from hpo.driver.runner import resume as resume_experiment
 
-    finish(resume_experiment(experiment_dir, num_cpus=cpus))
+    finish(resume_experiment(experiment_dir, num_cpus=cpus, time_limit_s=time_limit))
 
 
 @app.command()
@@ -84,8 +109,9 @@ def resume(experiment_dir: Path, cpus: int | None = typer.Option(None)) -> None:
 def results(experiment_dir: Path,
             fmt: str = typer.Option("table", "--format", help="table, csv, parquet or json"),
             output: Path | None = typer.Option(None, "-o", "--output"),
-            curves: bool = typer.Option(False, "--curves", help="Every report instead: one row "
-                                        "per trial and training_iteration.")) -> None:
+            curves: bool = typer.Option(False, "--curves", metavar=FLAG,
+                                        help="Every report instead: one row per trial and "
+                                        "training_iteration.")) -> None:
     """One row per trial, best first (config, last/best metric, each reported metric,
     iterations, status, time)."""
     from hpo.results import check_format, export, load_curves, load_results
@@ -103,10 +129,15 @@ def results(experiment_dir: Path,
 @app.command()
 @guarded
 def best(experiment_dir: Path) -> None:
-    """Print the best trial's config as YAML."""
+    """Print the best trial's config as YAML; with several objectives, the Pareto front: each
+    trial on it with its objectives' values and config."""
     from hpo.results import best_config, load_results
 
-    sys.stdout.write(yaml.safe_dump(best_config(load_results(experiment_dir)), sort_keys=False))
+    frame = load_results(experiment_dir)
+    if len(frame.attrs.get("objectives", [])) > 1:
+        sys.stdout.write(front_yaml(frame))
+    else:
+        sys.stdout.write(yaml.safe_dump(best_config(frame), sort_keys=False))
 
 
 @app.command()

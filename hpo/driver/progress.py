@@ -23,8 +23,11 @@ _SHOWN_RUNNING = 8
 class LiveProgress(TrialProgressCallback):
     """Replaces Tune's own per-trial printer (Tune adds that one unless a subclass is given)."""
 
-    def __init__(self, metric: str, mode: str, total: int) -> None:
-        self.metric, self.mode, self.total = metric, mode, total
+    def __init__(self, objectives: list[tuple[str, str]], total: int) -> None:
+        # Several objectives have no single best: the view shows each one's value, and
+        # `hpo best` the Pareto front once trials end.
+        self.objectives, self.total = list(objectives), total
+        self.metric, self.mode = objectives[0]
         self._reset()
 
     def _reset(self) -> None:
@@ -35,11 +38,12 @@ class LiveProgress(TrialProgressCallback):
         self._latest: dict[str, dict[str, Any]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"metric": self.metric, "mode": self.mode, "total": self.total}
+        return {"objectives": self.objectives, "total": self.total}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._reset()
+        # An experiment saved before several objectives existed pickled metric and mode.
+        self.__init__(state.get("objectives") or [(state["metric"], state["mode"])],
+                      state["total"])
 
     def setup(self, **info: Any) -> None:
         self._live = Live(console=_console(), auto_refresh=False, transient=False)
@@ -49,7 +53,8 @@ class LiveProgress(TrialProgressCallback):
                         **info: Any) -> None:
         self._latest[trial.trial_id] = result
         value = result.get(self.metric)
-        if isinstance(value, (int, float)) and (self._best is None or self._better(value)):
+        one = len(self.objectives) == 1
+        if one and isinstance(value, (int, float)) and (self._best is None or self._better(value)):
             self._best = (float(value), trial.trial_id, dict(trial.config))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -85,19 +90,34 @@ class LiveProgress(TrialProgressCallback):
         elapsed = time.monotonic() - self._start
         head = Text(f"{len(trials)}/{self.total} trials  " + "  ".join(
             f"{s.lower()} {n}" for s, n in sorted(states.items())) + f"  elapsed {elapsed:.0f}s")
-        best = "best: none yet" if self._best is None else (
-            f"best {self.metric} {self._best[0]:.4g} (trial {self._best[1]}) {self._best[2]}")
+        best = self._headline()
         running = [t for t in trials if t.status == "RUNNING"][:_SHOWN_RUNNING]
         if not running:
             return Group(head, Text(best, style="bold"))
-        table = Table("trial", "iter", self.metric, "config", box=None, pad_edge=False)
+        names = [metric for metric, _ in self.objectives]
+        # data-parallel trials' rank counts (rasda grows them at rungs)
+        ranked = any("ranks" in self._latest.get(t.trial_id, {}) for t in running)
+        columns = ["trial", "iter", *(["ranks"] if ranked else []), *names, "config"]
+        table = Table(*columns, box=None, pad_edge=False)
         for trial in running:
             result = self._latest.get(trial.trial_id, {})
-            value = result.get(self.metric)
-            table.add_row(trial.trial_id, str(result.get("training_iteration", 0)),
-                          f"{value:.4g}" if isinstance(value, (int, float)) else "-",
+            ranks = [str(result.get("ranks", "-"))] if ranked else []
+            table.add_row(trial.trial_id, str(result.get("training_iteration", 0)), *ranks,
+                          *(_value(result.get(name)) for name in names),
                           _short(trial.config))
         return Group(head, Text(best, style="bold"), table)
+
+    def _headline(self) -> str:
+        if len(self.objectives) > 1:
+            return "objectives " + ", ".join(f"{m} ({d})" for m, d in self.objectives) + (
+                "; `hpo best` lists their Pareto front")
+        if self._best is None:
+            return "best: none yet"
+        return f"best {self.metric} {self._best[0]:.4g} (trial {self._best[1]}) {self._best[2]}"
+
+
+def _value(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else "-"
 
 
 def _short(config: dict[str, Any]) -> str:

@@ -25,7 +25,8 @@ from hpo.cluster.slurm_env import rocm_visible
 from hpo.driver import storage_faults
 from hpo.driver.run_dir import private_run_dir
 
-_RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.data")
+# Ray's loggers and the rasda scheduler's (each growth and walltime hold) go to hpo.log.
+_RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.data", "hpo.rasda")
 
 
 class _RunLog(logging.FileHandler):
@@ -66,6 +67,8 @@ def _log_ray_to(log_file: Path) -> logging.Handler:
     """Send the driver's Ray log records to the run's log file instead of the terminal."""
     handler = _RunLog(log_file)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if logging.getLogger("hpo.rasda").level == logging.NOTSET:
+        logging.getLogger("hpo.rasda").setLevel(logging.INFO)
     for name in _RAY_LOGGERS:
         logger = logging.getLogger(name)
         for old in list(logger.handlers):

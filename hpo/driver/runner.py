@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from hpo.driver.lease import experiment_lease
 from hpo.driver.ray_session import connected_ray, embedded_ray
 from hpo.driver.storage_faults import storage_guard
 from hpo.driver.trainable import check_findable, python_name
+from hpo.driver.walltime import WalltimeGuard, active
 from hpo.driver.wrapper import objects_in_store
 from hpo.errors import ConfigError, ExperimentError, RunError
 from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
@@ -73,6 +75,7 @@ def _check_findable(spec: Spec, source: str) -> None:
     if isinstance(spec.trainable, str):  # a wrong name fails before anything starts
         check_findable(spec.trainable, source)
     translate.check_batch_keys(spec, source)
+    spec.tracking.check_login(source, os.environ)  # W&B online needs its key: before Ray
 
 
 def _check_fits(spec: Spec, source: str, cluster: dict[str, float]) -> None:
@@ -89,6 +92,12 @@ def _check_fits(spec: Spec, source: str, cluster: dict[str, float]) -> None:
             raise ConfigError(source, field,
                               f"one trial needs {need:g} {key}s but the cluster has {have:g}",
                               "lower it, or run on a node/allocation that has them")
+        grown = ranks.max_workers * getattr(ranks, f"{key.lower()}s_per_worker") \
+            if ranks and ranks.max_workers else 0
+        if grown > have:
+            raise ConfigError(source, "distributed.max_workers", f"a trial may grow to "
+                              f"{ranks.max_workers} ranks = {grown:g} {key}s but the cluster "
+                              f"has {have:g}", "lower max_workers")
 
 
 def _check_node_fits(spec: Spec, source: str, nodes: list[dict[str, float]]) -> None:
@@ -138,11 +147,12 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
         parameters: dict[str, Any] | None = None, callbacks: list[Any] | None = None,
         storage: str | None = None, name: str | None = None, num_cpus: int | None = None,
         source: str = "<spec>", cluster: RayCluster | None = None,
-        keep_ray: bool = False) -> RunResult:
+        keep_ray: bool = False, time_limit_s: float | None = None) -> RunResult:
     """Run an experiment on an embedded Ray, or on `cluster` (a running one, e.g. a Slurm
     job's own); the folder is `<storage>/<name>`. `trainable` (a function or Ray Tune class)
     replaces the spec's; `parameters` reach every trial by reference; `callbacks` go to Tune;
-    `keep_ray` leaves the embedded Ray running for the next run in this process.
+    `keep_ray` leaves the embedded Ray running for the next run in this process;
+    `time_limit_s` ends the run like a Slurm job's time limit (hpo.driver.walltime).
 
     Example:
         >>> result = hpo.run("search_spaces/digits-asha.yaml", storage="/tmp/r")
@@ -150,6 +160,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
     """
     spec, source = _as_spec(spec, source, trainable)
     _check_findable(spec, source)
+    guard = _walltime(spec, source, time_limit_s)
     exp_dir = Path(storage or spec.storage).expanduser().resolve() / (name or spec.name)
     # The lease before the check: two runs started at once raced into one folder.
     with storage_guard(exp_dir), experiment_lease(exp_dir):
@@ -161,12 +172,13 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
                                 keep_ray) as tune_trainable:
             evaluated = _warm_start(spec)  # a bad folder fails before the spec is written
             (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec), sort_keys=False))
-            _fit(translate.tuner(spec, tune_trainable, exp_dir, [*mirror, *(callbacks or [])],
-                                 evaluated), spec)
+            with active(guard):  # the scheduler finds it with walltime.current()
+                _fit(translate.tuner(spec, tune_trainable, exp_dir,
+                                     [*mirror, *(callbacks or [])], evaluated), spec)
     return _outcome(exp_dir, spec)
 
 
-def _warm_start(spec: Spec) -> list[tuple[dict[str, Any], float]] | None:
+def _warm_start(spec: Spec) -> list[tuple[dict[str, Any], list[float]]] | None:
     """The earlier experiment's trials for Optuna (a fresh run only: a resumed one has them
     in its saved study); says how many on stderr."""
     if spec.search.warm_start is None:  # imports ray.tune: not before Ray starts
@@ -187,7 +199,9 @@ def _optuna_mirror(spec: Spec, source: str, study_name: str) -> list[Any]:
 def _portable(spec: Spec) -> dict[str, Any]:
     """The spec as YAML data, with a file trainable made absolute so resume finds it; one
     from Python only named (`<python>:train`): `hpo.resume(path, trainable=...)` needs it."""
-    data = spec.model_dump(mode="json", exclude={"trainable"})
+    # resources are refused beside distributed: a data-parallel spec saves none (resume)
+    data = spec.model_dump(mode="json", exclude={"trainable", *(
+        ["resources"] if spec.distributed else [])})
     if not isinstance(spec.trainable, str):
         return {"name": data.pop("name"), "trainable": python_name(spec.trainable), **data}
     target, _, func = spec.trainable.rpartition(":")
@@ -197,23 +211,36 @@ def _portable(spec: Spec) -> dict[str, Any]:
 
 def resume(experiment_dir: str | Path, *, trainable: Any = None,
            parameters: dict[str, Any] | None = None, num_cpus: int | None = None,
-           cluster: RayCluster | None = None, keep_ray: bool = False) -> RunResult:
+           cluster: RayCluster | None = None, keep_ray: bool = False,
+           time_limit_s: float | None = None) -> RunResult:
     """Continue an interrupted experiment: finished trials stay, unfinished ones continue
     from their last checkpoint, errored ones are retried. One started from Python needs its
-    `trainable` (and `parameters`) again."""
+    `trainable` (and `parameters`) again; `time_limit_s` as for `run`."""
     exp_dir = Path(experiment_dir).expanduser().resolve()
     source = str(exp_dir / SPEC_FILE)
     spec = _saved_spec(exp_dir, source, trainable)
     _check_findable(spec, source)
+    guard = _walltime(spec, source, time_limit_s)
     with (storage_guard(exp_dir), experiment_lease(exp_dir, "resume"),
           _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster, parameters,
-                             keep_ray) as tune_trainable):
+                             keep_ray) as tune_trainable, active(guard)):
         from ray import tune  # loaded by the import thread meanwhile
 
         tuner = tune.Tuner.restore(str(exp_dir), trainable=tune_trainable,
                                    resume_unfinished=True, resume_errored=True)
         _fit(tuner, spec)
     return _outcome(exp_dir, spec)
+
+
+def _walltime(spec: Spec, source: str, time_limit_s: float | None) -> WalltimeGuard | None:
+    """The run's walltime guard: the allocation's end (inside Slurm) or the time limit; its
+    margin is slurm.signal_seconds, the time kept to stop and save."""
+    margin = spec.slurm.signal_seconds
+    if time_limit_s is not None and time_limit_s <= margin:
+        raise ConfigError(source, "--time-limit", f"must be longer than slurm.signal_seconds "
+                          f"({margin} s), the margin kept to stop and save (got "
+                          f"{time_limit_s:g})", "raise the limit or lower slurm.signal_seconds")
+    return WalltimeGuard.from_environment(time_limit_s=time_limit_s, margin_s=margin)
 
 
 def _saved_spec(exp_dir: Path, source: str, trainable: Any) -> Spec:
@@ -239,15 +266,22 @@ def _fit(tuner: Any, spec: Spec) -> None:
     except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
         if "did not include the specified metric" not in str(exc):
             raise
-        raise RunError(f"a trial reported results without the metric '{spec.metric}'. Hint: "
-                       f"include it in every report, e.g. hpo.report({{'{spec.metric}': ...}}), "
+        names = [metric for metric, _ in spec.objectives]
+        said = str(exc).split("Result:")[0]  # Tune names them before the result it got
+        missing = [n for n in names if f"`{n}`" in said or f"'{n}'" in said] or names
+        example = ", ".join(f"'{name}': ..." for name in missing)
+        raise RunError(f"a trial reported results without the metric '{missing[0]}'. Hint: "
+                       f"include it in every report, e.g. hpo.report({{{example}}}), "
                        "or fix `metric:` in the YAML") from exc
 
 
 def _outcome(exp_dir: Path, spec: Spec) -> RunResult:
     frame = load_results(exp_dir)
     # Ctrl+C / SIGTERM: Tune saved its state and returned early.
-    open_trials = int(frame["status"].isin(["PENDING", "RUNNING"]).sum()) if len(frame) else 0
+    # (synchronous HyperBand leaves the trials it cut PAUSED; rasda, those held for want of
+    # walltime, to be resumed by the requeued job)
+    waiting = ["PENDING", "RUNNING", *(["PAUSED"] if spec.scheduler.type != "hyperband" else [])]
+    open_trials = int(frame["status"].isin(waiting).sum()) if len(frame) else 0
     not_started = 0 if spec.time_budget_s else max(trial_count(spec) - len(frame), 0)
     unfinished = not_started + open_trials
     if unfinished:

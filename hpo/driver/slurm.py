@@ -2,7 +2,9 @@
 it, stop the cluster. The glue between the cluster side (hpo.cluster) and the runner.
 
 A folder that already holds the experiment (the job was requeued after the walltime warning)
-is resumed: finished trials stay, unfinished ones continue from their checkpoints.
+is resumed: finished trials stay, unfinished ones continue from their checkpoints. The runner's
+walltime guard (hpo.driver.walltime) reads the allocation's end and, when no rung fits before
+it, sends the same warning to the batch shell: the requeue goes the same way.
 """
 
 from __future__ import annotations

@@ -8,12 +8,15 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from hpo.driver import walltime
 from hpo.driver.trainable import resets_config, resolve
 from hpo.driver.wrapper import call_with_objects, class_with_objects, with_session
 from hpo.errors import ConfigError
 from hpo.ranks import check_backend
 from hpo.spec.distributions import Distribution
+from hpo.spec.growth import rank_counts
 from hpo.spec.model import Spec, is_class_trainable
+from hpo.spec.schedulers import Rasda
 from hpo.spec.searchers import Grid
 
 
@@ -38,10 +41,19 @@ def check_batch_keys(spec: Spec, source: str) -> None:
     if not ours and not any(k.split(".")[0] == SCHEDULE for k in spec.constants):
         return
     try:
-        check_trial_config(spec.constants, source,
-                           spec.distributed.workers if spec.distributed else 1)
+        for workers in _rank_counts(spec):  # a growing trial's batch must split on each
+            check_trial_config(spec.constants, source, workers)
     except ConfigError as exc:
         raise ConfigError(source, f"constants.{exc.path}", exc.message, exc.hint) from None
+
+
+def _rank_counts(spec: Spec) -> list[int]:
+    ranks = spec.distributed
+    if ranks is None:
+        return [1]
+    if isinstance(spec.scheduler, Rasda) and spec.scheduler.batch == "fixed":
+        return rank_counts(spec.scheduler, ranks.workers, ranks.max_workers or ranks.workers)
+    return [ranks.workers]  # a batch that grows with the ranks splits if the first does
 
 
 def _check_class(spec: Spec, source: str, cls: Any) -> None:
@@ -102,9 +114,22 @@ def tracking_callbacks(spec: Spec, exp_dir: Path) -> list[Any]:
     return callbacks(spec, exp_dir)
 
 
-def searcher(spec: Spec, evaluated: list[tuple[dict[str, Any], float]] | None = None) -> Any:
-    """Ray's search algorithm; `evaluated`: an earlier experiment's (config, objective) pairs
-    for Optuna to learn from before its first suggestion (search.warm_start)."""
+def scheduler(spec: Spec, guard: Any = None) -> Any:
+    """Ray's trial scheduler; rasda's also needs the ranks it grows and, inside Slurm, the
+    allocation's clock (`guard`: hpo.driver.walltime)."""
+    if not isinstance(spec.scheduler, Rasda):
+        return spec.scheduler.build()
+    from hpo.driver.rasda import RasdaScheduler
+
+    assert spec.distributed is not None  # the spec refuses rasda without it
+    return RasdaScheduler(spec.scheduler, spec.distributed, guard)
+
+
+def searcher(spec: Spec, evaluated: list[tuple[dict[str, Any], list[float]]] | None = None
+             ) -> Any:
+    """Ray's search algorithm, given every objective; `evaluated`: an earlier experiment's
+    (config, objective values) for Optuna to learn from before its first suggestion
+    (search.warm_start)."""
     if not evaluated:
         return spec.search.build(spec.metric, spec.mode)
     from hpo.driver.warm_start import WarmOptunaSearch
@@ -114,7 +139,7 @@ def searcher(spec: Spec, evaluated: list[tuple[dict[str, Any], float]] | None = 
 
 
 def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
-          evaluated: list[tuple[dict[str, Any], float]] | None = None) -> Any:
+          evaluated: list[tuple[dict[str, Any], list[float]]] | None = None) -> Any:
     """The Tuner of a fresh run (resume uses Tuner.restore with the same trainable);
     `extra_callbacks`: the Optuna mirror's and the user's own Tune callbacks; `evaluated`:
     see `searcher`."""
@@ -126,17 +151,20 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
     a_class = isinstance(trainable, type)
     # A class without reset_config cannot serve a second trial in its actor (hpo's default).
     reuse = spec.reuse_actors and (not a_class or resets_config(trainable))
+    # Tune takes one metric: several go to the Optuna searcher only (its study's directions).
+    single = len(spec.objectives) == 1
     tune_config = tune.TuneConfig(
-        metric=spec.metric, mode=spec.mode, num_samples=spec.num_samples,
+        metric=spec.metric if single else None, mode=spec.mode if single else None,
+        num_samples=spec.num_samples,
         max_concurrent_trials=spec.max_concurrent, reuse_actors=reuse,
-        scheduler=spec.scheduler.build(), search_alg=searcher(spec, evaluated),
+        scheduler=scheduler(spec, walltime.current()), search_alg=searcher(spec, evaluated),
         time_budget_s=spec.time_budget_s,
     )
     run_config = tune.RunConfig(
         name=exp_dir.name, storage_path=str(exp_dir.parent), stop=spec.stop or None,
         verbose=0, log_to_file=True,
         # Ray would add its own loggers, which lose restarted trials' rows and scalars.
-        callbacks=[LiveProgress(spec.metric, spec.mode, spec.num_samples), *trial_loggers(),
+        callbacks=[LiveProgress(spec.objectives, spec.num_samples), *trial_loggers(),
                    *tracking_callbacks(spec, exp_dir), *extra_callbacks],
         # A class trainable is saved by Tune every `frequency` steps; a function reports its
         # own checkpoints (hpo.report keeps every Nth).

@@ -1,9 +1,10 @@
 """Data-parallel trials: each Tune trial runs the trainable on N ranks (Horovod or torch DDP).
 
 The trial's own process holds a placement group of N worker bundles, starts one Ray actor per
-rank inside it, and relays rank 0's reports (with checkpoints) to Tune. Stopping, pausing or
-failing the trial ends every rank, since they are shut down with it. (Modules import Ray; this
-package file does not, so `hpo validate` stays quick.)
+rank inside it, and relays rank 0's reports (with checkpoints) to Tune. The next trial that
+Tune runs in the same process reuses those ranks when they ended clean (`pool`); a failed or
+hung trial's ranks are shut down with it. (Modules import Ray; this package file does not, so
+`hpo validate` stays quick.)
 """
 
 from __future__ import annotations

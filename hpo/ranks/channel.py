@@ -31,22 +31,61 @@ def unpack_folder(files: Files, folder: Path) -> Path:
 
 @ray.remote(num_cpus=0)
 class ReportChannel:
-    """A one-slot mailbox between rank 0 (put) and the trial process (take, ack)."""
+    """A one-slot mailbox between rank 0 (put) and the trial process (take, ack). It serves
+    every trial of a warm rank group (hpo.ranks.pool): `reset` opens it for the next one."""
 
     def __init__(self) -> None:
-        self._reports: asyncio.Queue[tuple[Report, asyncio.Event]] = asyncio.Queue()
+        self._reports: asyncio.Queue[tuple[Report, asyncio.Event] | None] = asyncio.Queue()
         self._taken: asyncio.Event | None = None
+        self._stopped = False
+        self._acked = 0  # reports of this trial handed to Tune
+        self._decided = asyncio.Condition()
 
-    async def put(self, report: Report) -> None:
-        """Called by rank 0; returns once the trial has handed the report to Tune."""
+    async def put(self, report: Report) -> bool:
+        """Called by rank 0; returns once the trial has handed the report to Tune: True to go
+        on, False when Tune stopped the trial meanwhile."""
         done = asyncio.Event()
         await self._reports.put((report, done))
         await done.wait()
+        return not self._stopped
 
-    async def take(self) -> Report:
-        report, self._taken = await self._reports.get()
+    async def take(self) -> Report | None:
+        """The next report; None for a take left over from a trial that has ended."""
+        item = await self._reports.get()
+        if item is None:
+            return None
+        report, self._taken = item
         return report
 
     async def ack(self) -> None:
         if self._taken is not None:
             self._taken.set()
+            self._taken = None
+            self._acked += 1
+        async with self._decided:
+            self._decided.notify_all()
+
+    async def decision(self, report: int) -> bool:
+        """Called by the other ranks at their `report`th report (1-based, this run): returns
+        once rank 0's same report went to Tune, True to go on, False when Tune stopped."""
+        async with self._decided:
+            await self._decided.wait_for(lambda: self._acked >= report or self._stopped)
+        return not self._stopped
+
+    async def stop(self) -> None:
+        """Tune stopped the trial: rank 0's waiting put returns False, and so does any later."""
+        self._stopped = True
+        await self.ack()
+        while not self._reports.empty():  # a report not taken yet: its rank 0 waits too
+            item = self._reports.get_nowait()
+            if item is not None:
+                item[1].set()
+
+    async def stopped(self) -> bool:
+        return self._stopped
+
+    async def reset(self) -> None:
+        """Open for a new trial; a take still waiting from the last one gets None."""
+        self._reports.put_nowait(None)
+        self._reports = asyncio.Queue()
+        self._taken, self._stopped, self._acked = None, False, 0

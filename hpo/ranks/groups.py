@@ -1,7 +1,8 @@
-"""The ranks of one trial: N Ray actors inside the trial's placement group.
+"""The ranks of a trial: N Ray actors inside the trial's placement group.
 
 Horovod's own `RayExecutor` places its workers in the current placement group and sets up its
-Gloo/NCCL rendezvous; for DDP a few plain actors get MASTER_ADDR/RANK/WORLD_SIZE.
+Gloo/NCCL rendezvous; for DDP a few plain actors get MASTER_ADDR/RANK/WORLD_SIZE. A started
+group can serve one trial after another (`reopen` between them, see hpo.ranks.pool).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from hpo.spec.model import Distributed
 
 class RankGroup(Protocol):
     def start(self) -> None: ...
+
+    def reopen(self) -> None:
+        """Make the started ranks ready to init their backend once more, for a new trial."""
 
     def run(self, func: Callable[..., Any], args: list[Any]) -> list[ray.ObjectRef]: ...
 
@@ -47,6 +51,16 @@ class HorovodGroup:
 
     def start(self) -> None:
         self._executor.start(extra_env_vars=self._env)
+
+    def reopen(self) -> None:
+        # The ranks keep their rendezvous address; the server (in this process) forgets
+        # whatever a trial that ended mid-way may have left in its store.
+        from horovod.runner.common.util import hosts
+
+        coordinator = self._executor.adapter.coordinator
+        plan = hosts.get_host_assignments(hosts.parse_hosts(coordinator.node_id_string),
+                                          coordinator.world_size)
+        coordinator.rendezvous.init(plan)
 
     def run(self, func: Callable[..., Any], args: list[Any]) -> list[ray.ObjectRef]:
         return self._executor.run_remote(func, args=args)
@@ -90,6 +104,12 @@ class DdpGroup:
         options = {"num_cpus": spec.cpus_per_worker, "num_gpus": spec.gpus_per_worker,
                    "scheduling_strategy": placement}
         self._ranks = [_DdpRank.options(**options).remote() for _ in range(spec.workers)]
+        self.reopen()
+
+    def reopen(self) -> None:
+        # A fresh rendezvous port from rank 0 for every trial: the last trial's store closed
+        # its own.
+        spec = self._spec
         addresses = ray.get([rank.address.remote() for rank in self._ranks])
         _, master_ip, master_port = addresses[0]
         nodes = [node for node, _, _ in addresses]

@@ -1,4 +1,5 @@
-"""What runs on each rank: the backend initialised, hpo.report wired to the trial, the trainable."""
+"""What runs on each rank: the backend initialised, hpo.report wired to the trial, the trainable;
+afterwards the backend shut down and the process made ready for the next trial (RankEnd)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,26 @@ from typing import Any, BinaryIO
 import ray
 
 from hpo import dist, session
+from hpo.ranks import fresh
 from hpo.ranks.channel import Files, pack_folder, unpack_folder
+
+
+class TrialStopped(BaseException):
+    """Tune stopped the trial: raised on rank 0 from `hpo.report`, past `except Exception`."""
+
+
+@dataclass(frozen=True)
+class RankEnd:
+    """How a rank's part of a trial ended: whether its process may serve the next trial."""
+
+    pid: int
+    stopped: bool  # Tune stopped the trial before the trainable returned
+    backend_down: bool  # the backend was shut down (ready to init again)
+    leftover_cuda_bytes: int
+
+    @property
+    def clean(self) -> bool:
+        return self.backend_down and self.leftover_cuda_bytes == 0
 
 
 @dataclass
@@ -24,10 +44,17 @@ class ChannelLink:
     main: bool
     channel: Any  # ReportChannel actor handle
     checkpoint: Files | None
+    reports: int = 0  # this run's, to pair each rank's report with rank 0's
 
     def send(self, metrics: dict[str, Any], checkpoint: Path | None) -> None:
         files = pack_folder(checkpoint) if checkpoint is not None else None
-        ray.get(self.channel.put.remote((metrics, files)))
+        if not ray.get(self.channel.put.remote((metrics, files))):
+            raise TrialStopped
+
+    def follow(self) -> None:
+        self.reports += 1
+        if not ray.get(self.channel.decision.remote(self.reports)):
+            raise TrialStopped
 
     def restored(self) -> Path | None:
         if self.checkpoint is None:
@@ -37,7 +64,7 @@ class ChannelLink:
 
 def run_rank(func: Any, config: dict[str, Any], backend: dist.Backend, channel: Any,
              checkpoint: Files | ray.ObjectRef | None, checkpoint_every: int,
-             threads: int, trial_folder: str | None) -> None:
+             threads: int, trial_folder: str | None) -> RankEnd:
     """Entry point executed on every rank of a trial; its output goes to
     `<trial_folder>/rank-<rank>.log`."""
     import torch
@@ -46,16 +73,32 @@ def run_rank(func: Any, config: dict[str, Any], backend: dist.Backend, channel: 
     # The rank is in the environment before init (Horovod's RayExecutor, or DdpGroup), so
     # the backend's own start-up lines reach the log too.
     rank = os.environ["HOROVOD_RANK" if backend == "horovod" else "RANK"]
-    with output_to(Path(trial_folder, f"rank-{rank}.log") if trial_folder else None):
-        dist.init(backend)
-        try:
-            if isinstance(checkpoint, ray.ObjectRef):  # nested in the arguments: not resolved
-                checkpoint = ray.get(checkpoint)
-            link = ChannelLink(dist.is_main(), channel, checkpoint)
-            with session.trial_session(checkpoint_every, link):
-                func(config)
-        finally:
-            dist.shutdown()
+    with output_to(Path(trial_folder, f"rank-{rank}.log") if trial_folder else None), \
+            fresh.trial_state():
+        stopped = _run_trainable(func, config, backend, channel, checkpoint, checkpoint_every)
+    return RankEnd(os.getpid(), stopped, dist.backend() == "none", fresh.leftover_cuda_bytes())
+
+
+def _run_trainable(func: Any, config: dict[str, Any], backend: dist.Backend, channel: Any,
+                   checkpoint: Files | ray.ObjectRef | None, checkpoint_every: int) -> bool:
+    """Run the trainable once on this rank; True when Tune stopped the trial first."""
+    dist.init(backend)
+    try:
+        if isinstance(checkpoint, ray.ObjectRef):  # nested in the arguments: not resolved
+            checkpoint = ray.get(checkpoint)
+        link = ChannelLink(dist.is_main(), channel, checkpoint)
+        with session.trial_session(checkpoint_every, link):
+            func(config)
+        return False
+    except TrialStopped:
+        return True
+    except Exception:
+        # Rank 0 leaving a stopped trial fails the others' next collective: no failure.
+        if ray.get(channel.stopped.remote()):
+            return True
+        raise
+    finally:
+        dist.shutdown()
 
 
 @contextlib.contextmanager

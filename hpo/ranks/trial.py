@@ -1,4 +1,5 @@
-"""The Tune trainable of a data-parallel trial: start the ranks, relay rank 0's reports."""
+"""The Tune trainable of a data-parallel trial: get ranks (warm ones when the last trial in this
+process left them, see hpo.ranks.pool), relay rank 0's reports."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 
 import ray
 
-from hpo.ranks.channel import Files, ReportChannel, pack_folder, unpack_folder
-from hpo.ranks.groups import rank_group
-from hpo.ranks.rank import run_rank
+from hpo.ranks import pool
+from hpo.ranks.channel import Files, pack_folder, unpack_folder
+from hpo.ranks.rank import RankEnd, run_rank
 from hpo.session import Trainable, trial_folder
 from hpo.spec.model import Distributed
 
@@ -37,17 +38,40 @@ def distributed_trainable(func: Trainable, spec: Distributed, checkpoint_every: 
 
 def _run_ranks(func: Trainable, config: dict[str, Any], spec: Distributed,
                checkpoint_every: int) -> None:
-    group = rank_group(spec)
-    channel = ReportChannel.remote()
+    spec = spec.model_copy(update={"workers": trial_ranks(spec.workers)})
+    ranks = pool.acquire(spec)
+    running: list[ray.ObjectRef] = []
     try:
-        group.start()
         threads = max(1, int(spec.cpus_per_worker))
-        args = [func, config, spec.backend, channel, _restored_files(), checkpoint_every, threads,
-                trial_folder()]
-        _relay(channel, group.run(run_rank, args), spec.timeout_s)
-    finally:  # also on Tune's stop/pause, which ends this thread inside tune.report
-        group.shutdown()
-        ray.kill(channel)
+        args = [func, config, spec.backend, ranks.channel, _restored_files(), checkpoint_every,
+                threads, trial_folder()]
+        running = ranks.group.run(run_rank, args)
+        ends = _relay(ranks.channel, running, spec.timeout_s, spec.workers)
+    except SystemExit:  # Tune stopped or paused the trial: it ends this thread in tune.report
+        pool.release_stopped(ranks, running)
+        raise
+    except BaseException:  # a failed or hung rank: its group is never handed on
+        pool.close(ranks)
+        raise
+    pool.release(ranks, ends)
+
+
+def trial_ranks(default: int) -> int:
+    """The trial's rank count, from its own resources (a scheduler may have given it more
+    rank bundles than `distributed.workers`); `default` outside Tune."""
+    from ray import tune
+
+    try:
+        resources = tune.get_context().get_trial_resources()
+    except Exception:  # no Tune session in this process
+        resources = None
+    return rank_count(resources) if resources is not None else default
+
+
+def rank_count(resources: Any) -> int:
+    """Non-empty rank bundles of a PlacementGroupFactory, the relay's head bundle excluded."""
+    bundles = resources.bundles if resources.head_bundle_is_empty else resources.bundles[1:]
+    return sum(1 for bundle in bundles if any(bundle.values()))
 
 
 def _restored_files() -> ray.ObjectRef | None:
@@ -60,37 +84,47 @@ def _restored_files() -> ray.ObjectRef | None:
         return ray.put(pack_folder(Path(folder)))  # sent once, read by every rank
 
 
-def _relay(channel: Any, ranks: list[ray.ObjectRef], timeout_s: float) -> None:
-    """Hand rank 0's reports to Tune until every rank has returned; fail on any rank error."""
+def _relay(channel: Any, ranks: list[ray.ObjectRef], timeout_s: float,
+           count: int) -> list[RankEnd]:
+    """Hand rank 0's reports to Tune (with the trial's rank count) until every rank has
+    returned; fail on any rank error."""
     pending_take = channel.take.remote()
-    running = list(ranks)
-    while running:
+    ends: dict[ray.ObjectRef, RankEnd] = {}
+    while len(ends) < len(ranks):
+        running = [ref for ref in ranks if ref not in ends]
         ready, _ = ray.wait([pending_take, *running], num_returns=1, timeout=timeout_s)
         if not ready:
             raise RankFailure(f"no report from rank 0 for {timeout_s:g} s (a rank hangs?). "
                               "Hint: raise distributed.timeout_s if an epoch takes longer")
         if ready[0] == pending_take:
-            _report(*ray.get(pending_take))
+            metrics, files = ray.get(pending_take)
+            _report({**metrics, "ranks": count}, files)
             channel.ack.remote()
             pending_take = channel.take.remote()
             continue
-        index = ranks.index(ready[0])
         try:
-            ray.get(ready[0])
+            ends[ready[0]] = ray.get(ready[0])
         except Exception as exc:
-            raise RankFailure(f"rank {index} failed: {_cause(exc)}") from exc
-        running.remove(ready[0])
+            raise RankFailure(f"rank {ranks.index(ready[0])} failed: {_cause(exc)}") from exc
+    return [ends[ref] for ref in ranks]
 
 
 def _report(metrics: dict[str, Any], files: Files | None) -> None:
     from ray import tune
 
+    from hpo import cost
+
+    # The relay holds the trial's placement group: it adds the cost of all ranks (no energy:
+    # their GPUs are in other processes, maybe on other nodes).
+    totals = cost.current()
+    metrics = cost.added(metrics, totals)
     if files is None:
         tune.report(metrics)
         return
     with tempfile.TemporaryDirectory(prefix="hpo-ckpt-") as tmp:
-        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(
-            unpack_folder(files, Path(tmp))))
+        checkpoint = tune.Checkpoint.from_directory(unpack_folder(files, Path(tmp)))
+        cost.record(checkpoint, totals)
+        tune.report(metrics, checkpoint=checkpoint)
 
 
 def _cause(exc: Exception) -> str:

@@ -60,10 +60,16 @@ def _sections(exp: Experiment) -> tuple[list[Any], dict[str, str]]:
     study = analysis.as_study(exp)
     scores = analysis.importances(study)
     drawn = [
+        ("pareto_front", "Pareto front", figures.pareto_front(exp),
+         "Each finished trial's last values of the first two objectives; red: the trials no "
+         "other beats on every objective, joined in order."),
         ("learning_curves", "Learning curves", figures.learning_curves(exp),
          "x: stopped early by the scheduler; open circle: still running; red X: failed."),
         ("rungs", "Rung occupancy", figures.rungs(exp),
          "Trials whose furthest report reached each rung of the successive-halving ladder."),
+        ("ranks", "Ranks per trial", figures.rank_growth(exp),
+         "Each data-parallel trial's rank count over its iterations: rasda grows a trial at "
+         "each rung it passes."),
         ("pbt_lineage", "PBT lineage", figures.pbt_lineage(exp),
          "Top: each trial's iterations; arrows from the trial it cloned (at its iteration) to "
          "the trial that exploited it. Below: each mutated hyperparameter over time."),

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from hpo.errors import ExperimentError
-from hpo.results import SPEC_FILE, load_results, saved_spec, trial_results
+from hpo.results import SPEC_FILE, load_results, objectives, saved_spec, trial_results
 from hpo.spec.distributions import Distribution
 
 UNFINISHED = ("RUNNING", "PENDING")
@@ -33,12 +33,18 @@ class Experiment:
     exploits: pd.DataFrame  # PBT: trial_id cloned source_id at iteration / source_iteration
 
     @property
+    def objectives(self) -> list[tuple[str, str]]:
+        """(metric, mode) of each objective; several: the report adds the Pareto front."""
+        return objectives(self.spec)
+
+    @property
     def metric(self) -> str:
-        return str(self.spec["metric"])
+        """The (first) objective's metric: curves, importance and the best trial use it."""
+        return self.objectives[0][0]
 
     @property
     def mode(self) -> str:
-        return str(self.spec["mode"])
+        return self.objectives[0][1]
 
     @property
     def scheduler(self) -> dict[str, Any]:
@@ -73,18 +79,19 @@ def load_experiment(path: str | Path) -> Experiment:
     # PBT's mutated keys may be missing from search_space; their values change over time.
     mutations = (spec.get("scheduler") or {}).get("hyperparam_mutations", {})
     space = list({**spec.get("search_space", {}), **mutations})
-    columns = ["trial_id", "training_iteration", spec["metric"], "time",
+    metrics = [metric for metric, _ in objectives(spec)]
+    columns = ["trial_id", "training_iteration", *metrics, "time", "ranks",
                *(f"config/{k}" for k in space)]
     # One frame from all records: a frame per trial and pd.concat took minutes at 10,000.
     records = [record for trial_id, path in zip(table["trial_id"], table["path"], strict=True)
-               for record in _curve(trial_id, Path(path), spec, space)]
+               for record in _curve(trial_id, Path(path), spec, metrics, space)]
     curves = pd.DataFrame(records, columns=columns)
     return Experiment(exp_dir, spec, table, curves, _exploits(exp_dir, table))
 
 
-def _curve(trial_id: str, path: Path, spec: dict[str, Any],
+def _curve(trial_id: str, path: Path, spec: dict[str, Any], metrics: list[str],
            space: list[str]) -> list[dict[str, Any]]:
-    """One trial's reports: iteration, metric, the scheduler's time axis and its config."""
+    """One trial's reports: iteration, metrics, the scheduler's time axis and its config."""
     time_attr = (spec.get("scheduler") or {}).get("time_attr", "training_iteration")
     records = []
     for result in trial_results(path):
@@ -92,8 +99,9 @@ def _curve(trial_id: str, path: Path, spec: dict[str, Any],
         records.append({
             "trial_id": trial_id,
             "training_iteration": result.get("training_iteration"),
-            spec["metric"]: _number(result.get(spec["metric"])),
+            **{metric: _number(result.get(metric)) for metric in metrics},
             "time": _number(result.get(time_attr)),
+            "ranks": _number(result.get("ranks")),  # a data-parallel trial's (rasda: grows)
             **{f"config/{k}": config.get(k) for k in space},
         })
     return records
@@ -136,7 +144,7 @@ def _tag_index(tag: str) -> int:
 def rung_milestones(scheduler: dict[str, Any]) -> list[float]:
     """The rungs of ASHA / HyperBand in the scheduler's time unit (as Ray computes them)."""
     kind, max_t = scheduler.get("type"), scheduler.get("max_t")
-    if kind == "asha":
+    if kind in ("asha", "rasda"):
         grace, factor = scheduler["grace_period"], scheduler["reduction_factor"]
         count = int(math.log(max_t / grace) / math.log(factor) + 1)
         rungs = {grace * factor**k for k in range(count)} | {max_t}

@@ -1,8 +1,8 @@
 """The report's figures, drawn with matplotlib (Agg: no display, no browser on compute nodes).
 
 Each function returns a Figure, or None when the figure does not apply to this experiment
-(rungs without ASHA/HyperBand, lineage without PBT). Trials keep one colour by rank everywhere:
-bright is good, whatever the mode.
+(rungs without ASHA/HyperBand, lineage without PBT, the Pareto front with one objective).
+Trials keep one colour by rank everywhere: bright is good, whatever the mode.
 """
 
 from __future__ import annotations
@@ -112,6 +112,23 @@ def rungs(exp: Experiment) -> Figure | None:
     return fig
 
 
+def rank_growth(exp: Experiment) -> Figure | None:
+    """Data-parallel trials whose rank count changed (rasda): ranks over iterations."""
+    ranks = exp.curves.dropna(subset=["ranks"])
+    if ranks.empty or ranks["ranks"].nunique() < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    colors = _colors(exp)
+    for trial_id, curve in ranks.groupby("trial_id", sort=False):
+        ax.step(curve["training_iteration"], curve["ranks"], where="post",
+                color=colors[trial_id], lw=1.3)
+    ax.set(xlabel="training iteration", ylabel="ranks", yscale="log", title="Ranks per trial")
+    counts = sorted(ranks["ranks"].unique())
+    ax.set_yticks(counts, [f"{c:g}" for c in counts])
+    ax.grid(alpha=0.3)
+    return fig
+
+
 def pbt_lineage(exp: Experiment) -> Figure | None:
     """PBT/PB2: who cloned whom (arrows) and each mutated hyperparameter over time."""
     mutated = list(exp.scheduler.get("hyperparam_mutations", {}))
@@ -216,4 +233,26 @@ def importance(scores: dict[str, float]) -> Figure:
     ax.bar_label(bars, fmt="%.2f")
     ax.set(xlabel="importance (fANOVA, sums to 1)", xlim=(0, 1.1),
            title="Hyperparameter importance")
+    return fig
+
+
+def pareto_front(exp: Experiment) -> Figure | None:
+    """The first two objectives of each finished trial (their last values, as Optuna was
+    told), the Pareto front marked and joined; None with one objective."""
+    if len(exp.objectives) < 2 or "pareto_front" not in exp.table:
+        return None
+    (x_name, x_mode), (y_name, y_mode) = exp.objectives[:2]
+    table = exp.table.dropna(subset=[f"last_{x_name}", f"last_{y_name}"])
+    on = table[table["pareto_front"].astype(bool)].sort_values(f"last_{x_name}")
+    off = table[~table["pareto_front"].astype(bool)]
+    fig, ax = plt.subplots(figsize=(7, 5))
+    ax.scatter(off[f"last_{x_name}"], off[f"last_{y_name}"], color="grey", alpha=0.6, s=18,
+               label=f"other trials ({len(off)})")
+    # With more than two objectives a front point may look dominated in this projection.
+    ax.plot(on[f"last_{x_name}"], on[f"last_{y_name}"], color="#d62728", marker="o", ms=6,
+            lw=1.2, label=f"Pareto front ({len(on)})", zorder=3)
+    ax.set(xlabel=f"{x_name} ({x_mode})", ylabel=f"{y_name} ({y_mode})",
+           title=f"Pareto front: {x_name} against {y_name}")
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(alpha=0.3)
     return fig

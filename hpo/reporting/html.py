@@ -79,9 +79,14 @@ def _summary(exp: Experiment) -> str:
     search = (exp.spec.get("search") or {}).get("type", "random")
     return (f"<p class='meta'>{len(exp.table)} trials ({states}) &middot; scheduler "
             f"{html.escape(exp.scheduler['type'])} &middot; search {html.escape(search)} "
-            f"&middot; metric <b>{html.escape(exp.metric)}</b> ({exp.mode})<br>"
+            f"&middot; {_objectives(exp)}<br>"
             f"folder {html.escape(str(exp.path))} &middot; report made "
             f"{datetime.now().isoformat(timespec='seconds')}</p>")
+
+
+def _objectives(exp: Experiment) -> str:
+    said = ", ".join(f"<b>{html.escape(metric)}</b> ({mode})" for metric, mode in exp.objectives)
+    return f"objectives {said}" if len(exp.objectives) > 1 else f"metric {said}"
 
 
 def _banner(exp: Experiment) -> str:
@@ -94,6 +99,8 @@ def _banner(exp: Experiment) -> str:
 
 
 def _best(exp: Experiment) -> str:
+    if len(exp.objectives) > 1:
+        return _front(exp)
     best = exp.table.iloc[0]
     value = best[f"best_{exp.metric}"]
     if pd.isna(value):
@@ -104,6 +111,22 @@ def _best(exp: Experiment) -> str:
     return (f"<h2>Best trial</h2><p id='best'>Trial <b>{html.escape(best['trial_id'])}</b>: "
             f"best {html.escape(exp.metric)} <b>{value:.6g}</b> after {best['iterations']} "
             f"iteration(s).</p><pre>{html.escape(text)}</pre>")
+
+
+def _front(exp: Experiment) -> str:
+    """The Pareto front's trials: their objectives' last values and their configs."""
+    table = exp.table
+    front = table[table["pareto_front"].astype(bool)]
+    finished = int(table["status"].eq("TERMINATED").sum())
+    title = f"<h2>Pareto front ({len(front)} of {finished} finished trials)</h2>"
+    if front.empty:
+        return title + "<p>No finished trial has reported every objective yet.</p>"
+    metrics = [metric for metric, _ in exp.objectives]
+    configs = [c for c in table.columns if str(c).startswith("config/")]
+    shown = front[["trial_id", *(f"last_{m}" for m in metrics), *configs]]
+    shown.columns = ["trial_id", *metrics, *(str(c).removeprefix("config/") for c in configs)]
+    return title + shown.to_html(index=False, classes="results", table_id="front",
+                                 na_rep="-", float_format=_number, border=0, escape=True)
 
 
 def _plain(value: Any) -> Any:

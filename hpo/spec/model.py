@@ -20,6 +20,8 @@ from pydantic import (
 from hpo.errors import ConfigError
 from hpo.spec._validation import FieldProblem, Strict
 from hpo.spec.distributions import Distribution
+from hpo.spec.growth import check_growth
+from hpo.spec.objectives import check_metric, check_mode, check_objectives, pairs
 from hpo.spec.schedulers import Fifo, Pb2, Pbt, Scheduler
 from hpo.spec.searchers import Random, Searcher
 from hpo.spec.slurm import SlurmSettings
@@ -79,6 +81,7 @@ class Distributed(Strict):
 
     backend: Literal["horovod", "ddp"]
     workers: PositiveInt
+    max_workers: PositiveInt | None = None  # the most ranks the rasda scheduler grows a trial to
     cpus_per_worker: PositiveFloat = 1
     gpus_per_worker: NonNegativeFloat = 0
     timeout_s: PositiveFloat = 1800  # rank 0 silent this long (a hung rank): the trial fails
@@ -101,8 +104,9 @@ class Spec(Strict):
 
     name: str
     trainable: str | Callable[..., Any]  # text to import, or a function/class from Python
-    metric: str
-    mode: Literal["max", "min"]
+    # A list of metrics (and one mode each): a Pareto front, searched by Optuna (objectives).
+    metric: str | list[str]
+    mode: Literal["max", "min"] | list[Literal["max", "min"]]
     num_samples: PositiveInt = 1
     max_concurrent: PositiveInt | None = None
     search_space: dict[str, Distribution] = Field(default_factory=dict)
@@ -141,6 +145,20 @@ class Spec(Strict):
             raise FieldProblem("", f"not a usable folder name: {value!r}",
                                "use letters, digits, '.', '_' and '-'")
         return value
+
+    _metric = field_validator("metric", mode="before")(check_metric)
+    _mode = field_validator("mode", mode="before")(check_mode)
+
+    @model_validator(mode="after")
+    def _several_objectives(self) -> Spec:
+        check_objectives(self.metric, self.mode, self.search.type, self.scheduler.type)
+        return self
+
+    @property
+    def objectives(self) -> list[tuple[str, str]]:
+        """(metric, mode) of each objective: one, or several for a Pareto front. Where one
+        is meant, `metric` and `mode` are plain text."""
+        return pairs(self.metric, self.mode)
 
     @field_validator("trainable", mode="before")
     @classmethod
@@ -185,6 +203,7 @@ class Spec(Strict):
                                problem.hint) from None
         self._check_population_checkpoints()
         self._check_node_gpus()
+        check_growth(self.scheduler, self.distributed, self.checkpoint.frequency, self.slurm)
         if self.distributed and is_class_trainable(self.trainable):
             raise FieldProblem("distributed", "cannot run a Ray Tune class trainable "
                                f"({target(self.trainable).__name__}) on ranks",
@@ -219,6 +238,7 @@ class Spec(Strict):
         spec = self.model_copy(update={"slurm": settings})
         try:
             spec._check_node_gpus()
+            check_growth(spec.scheduler, spec.distributed, spec.checkpoint.frequency, settings)
         except FieldProblem as problem:
             raise ConfigError(source, problem.field, problem.message, problem.hint) from None
         return spec

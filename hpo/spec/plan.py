@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 from hpo.spec.model import Spec
-from hpo.spec.searchers import Grid
+from hpo.spec.searchers import TPE_KEYS, Grid, Optuna
 
 
 def trial_count(spec: Spec) -> int:
@@ -25,14 +26,28 @@ def summarize(spec: Spec) -> dict[str, str]:
     return {
         "experiment": f"{spec.name} -> {spec.storage}/{spec.name}",
         "trainable": spec.trainable,
-        "objective": f"{spec.mode} {spec.metric}",
+        "objective": _objectives(spec),
         "trials": str(trial_count(spec)),
         "concurrency": f"{fit} side by side on this machine ({cpus} CPUs){limit}",
         "resources": _resources(spec),
         "scheduler": ", ".join(f"{k}={v}" for k, v in sched.items()),
-        "search": ", ".join(f"{k}={v}" for k, v in spec.search.model_dump().items()),
+        "search": ", ".join(f"{k}={v}" for k, v in _search(spec).items()),
         "stop": str(spec.stop or "scheduler / trainable decides"),
     }
+
+
+def _objectives(spec: Spec) -> str:
+    shown = ", ".join(f"{mode} {metric}" for metric, mode in spec.objectives)
+    return shown if len(spec.objectives) == 1 else f"{shown} (a Pareto front)"
+
+
+def _search(spec: Spec) -> dict[str, Any]:
+    """The searcher's settings, without those of the Optuna sampler it does not use."""
+    shown = spec.search.model_dump()
+    if isinstance(spec.search, Optuna):
+        unused = ["population_size"] if spec.search.sampler == "tpe" else list(TPE_KEYS)
+        shown = {k: v for k, v in shown.items() if k not in unused}
+    return shown
 
 
 def _cpus_per_trial(spec: Spec) -> float:
@@ -45,5 +60,8 @@ def _resources(spec: Spec) -> str:
     if ranks is None:
         return (f"{spec.resources.cpus_per_trial:g} CPU, {spec.resources.gpus_per_trial:g} GPU "
                 "per trial")
-    return (f"{ranks.workers} {ranks.backend} ranks per trial, each {ranks.cpus_per_worker:g} "
+    count = str(ranks.workers)
+    if ranks.max_workers and ranks.max_workers > ranks.workers:  # rasda grows them at rungs
+        count = f"{ranks.workers} -> {ranks.max_workers}"
+    return (f"{count} {ranks.backend} ranks per trial, each {ranks.cpus_per_worker:g} "
             f"CPU, {ranks.gpus_per_worker:g} GPU")

@@ -20,8 +20,14 @@ TimeAttr = Literal["training_iteration", "time_total_s"]
 
 
 class _Scheduler(Strict):
-    def build(self) -> Any:  # pragma: no cover - every subclass overrides
+    def build(self) -> Any:  # pragma: no cover - every subclass but rasda overrides
         raise NotImplementedError
+
+
+def _check_grace(grace_period: int, max_t: int) -> None:
+    if grace_period > max_t:
+        raise FieldProblem("grace_period", f"must be <= max_t (got {grace_period} > {max_t})",
+                           "lower grace_period or raise max_t")
 
 
 class Fifo(_Scheduler):
@@ -48,15 +54,41 @@ class Asha(_Scheduler):
 
     @model_validator(mode="after")
     def _grace_within_max_t(self) -> Asha:
-        if self.grace_period > self.max_t:
-            raise FieldProblem("grace_period", f"must be <= max_t (got {self.grace_period} > "
-                               f"{self.max_t})", "lower grace_period or raise max_t")
+        _check_grace(self.grace_period, self.max_t)
         return self
 
     def build(self) -> Any:
         from ray.tune.schedulers import ASHAScheduler
 
         return ASHAScheduler(**self.model_dump(exclude={"type"}))
+
+
+class Rasda(_Scheduler):
+    """ASHA whose promoted trials grow: at each rung passed, a data-parallel trial resumes
+    from its checkpoint on `growth_factor` times its ranks (up to distributed.max_workers).
+    `batch: fixed` keeps the global batch (growth only speeds the trial up); `batch: grows`
+    multiplies it with the ranks (RASDA's implicit growth, as batch_schedule.grow_at)."""
+
+    type: Literal["rasda"]
+    max_t: PositiveInt = 100
+    grace_period: PositiveInt = 1
+    reduction_factor: Annotated[int, Field(ge=2)] = 2
+    growth_factor: Annotated[int, Field(ge=2)] = 2
+    batch: Literal["fixed", "grows"] = "fixed"
+
+    @model_validator(mode="after")
+    def _grace_within_max_t(self) -> Rasda:
+        _check_grace(self.grace_period, self.max_t)
+        return self
+
+    def milestones(self) -> list[int]:
+        """The rungs' iterations, as Ray's ASHA places them (one bracket)."""
+        found, milestone = [], self.grace_period
+        while milestone <= self.max_t:
+            found.append(milestone)
+            milestone *= self.reduction_factor
+        return found
+    # No build(): the scheduler needs the ranks and the walltime (hpo.driver.translate).
 
 
 class HyperBand(_Scheduler):
@@ -159,8 +191,9 @@ class Pb2(_Scheduler):
         return PB2(hyperparam_bounds=bounds, **options)
 
 
-Scheduler = Annotated[Fifo | Asha | HyperBand | Median | Pbt | Pb2, Field(discriminator="type")]
-SCHEDULER_TYPES = ("fifo", "asha", "hyperband", "median", "pbt", "pb2")
+Scheduler = Annotated[Fifo | Asha | Rasda | HyperBand | Median | Pbt | Pb2,
+                     Field(discriminator="type")]
+SCHEDULER_TYPES = ("fifo", "asha", "rasda", "hyperband", "median", "pbt", "pb2")
 
 
 @contextlib.contextmanager

@@ -1,0 +1,254 @@
+"""RASDA: trials that pass a rung resume on more ranks, with their steps continuous and, in
+both batch modes, the losses of the matching ungrown run (real Ray, real Horovod and DDP).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import hpo
+from hpo.reporting import build_report
+from tests.conftest import trial_rows
+
+CONFIG = {"train_size": 256, "val_size": 64, "image_size": 8, "width": 4, "classes": 4,
+          "noise": 0.5, "lr": 0.1, "seed": 3, "batch_size": 32,
+          "batch_schedule": {"lr_rule": "sqrt", "ramp_steps": 2}}
+RUNGS = {"max_t": 3, "grace_period": 1, "reduction_factor": 2}  # rungs at 1 and 2
+LOSSES = ("train_loss", "val_loss")
+RTOL = 1e-3
+
+
+def _spec(tmp_path: Path, name: str, backend: str, scheduler: dict[str, Any],
+          workers: int = 1, max_workers: int | None = None,
+          constants: dict[str, Any] | None = None) -> dict[str, Any]:
+    ranks = {"backend": backend, "workers": workers, "cpus_per_worker": 1}
+    if max_workers:
+        ranks["max_workers"] = max_workers
+    return {"name": name, "trainable": "trainables.images:train", "metric": "val_loss",
+            "mode": "min", "storage": str(tmp_path),
+            "constants": {**CONFIG, "epochs": RUNGS["max_t"], **(constants or {})},
+            "scheduler": scheduler, "distributed": ranks}
+
+
+def _rows(result: Any) -> list[dict[str, Any]]:
+    ((rows,),) = [trial_rows(result.path).values()]
+    return rows
+
+
+def _losses(rows: list[dict[str, Any]]) -> np.ndarray:
+    return np.array([[row[key] for key in LOSSES] for row in rows])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", ["fixed", "grows"])
+@pytest.mark.parametrize("backend", ["ddp", "horovod"])
+def test_a_promoted_trial_grows_and_trains_as_the_ungrown_run(
+        tmp_path: Path, backend: str, batch: str) -> None:
+    run = hpo.run(_spec(tmp_path, "grown", backend, {"type": "rasda", "batch": batch, **RUNGS},
+                        max_workers=2), num_cpus=2)
+    grown = _rows(run)
+    assert [row["training_iteration"] for row in grown] == [1, 2, 3]  # never restarted
+    assert [row["ranks"] for row in grown] == [1, 2, 2]
+    assert "ranks.png" in {figure.name for figure in build_report(run.path).figures}
+    # The ungrown twin: one rank all along, the batch growing where the grown trial's did.
+    grow_at = {"batch_schedule.grow_at": [1]} if batch == "grows" else {}
+    plain = _rows(hpo.run(_spec(tmp_path, "plain", backend, {"type": "fifo"},
+                                constants=grow_at), num_cpus=2))
+    assert [row["global_batch"] for row in grown] == [row["global_batch"] for row in plain]
+    assert [row["global_batch"] for row in plain] == ([32, 64, 64] if batch == "grows"
+                                                      else [32, 32, 32])
+    np.testing.assert_allclose(_losses(grown), _losses(plain), rtol=RTOL)
+
+
+# Scheduler decisions fed result dicts (no Ray cluster): which trial grows, when, to what.
+
+class _Controller:
+    """What the scheduler asks Tune's controller: the trials and the cluster's size."""
+
+    def __init__(self, trials: list[Any], cpus: float) -> None:
+        self.trials, self._cpus = trials, cpus
+        self._resource_updater = self
+
+    def get_trials(self) -> list[Any]:
+        return self.trials
+
+    def get_num_cpus(self) -> float:
+        return self._cpus
+
+    def get_num_gpus(self) -> float:
+        return 0.0
+
+
+class _Guard:
+    def __init__(self, allowed: bool) -> None:
+        self.allowed, self.asked, self.stopped = allowed, [], []
+
+    def record(self, trial_id: str, ranks: int, result: dict[str, Any]) -> None:
+        pass
+
+    def allows(self, trial_id: str, iterations: int, ranks: int) -> bool:
+        self.asked.append((trial_id, iterations, ranks))
+        return self.allowed
+
+    def stop_run(self, reason: str) -> None:
+        self.stopped.append(reason)
+
+
+def _scheduler(batch: str = "fixed", guard: Any = None, max_workers: int = 4) -> Any:
+    from hpo.driver import translate
+    from hpo.spec.load import spec_from_dict
+
+    spec = spec_from_dict({"name": "t", "trainable": "trainables.images:train",
+                           "metric": "loss", "mode": "min",
+                           "scheduler": {"type": "rasda", "max_t": 8, "batch": batch},
+                           "distributed": {"backend": "ddp", "workers": 1,
+                                           "max_workers": max_workers}})
+    scheduler = translate.scheduler(spec, guard)
+    scheduler.set_search_properties("loss", "min")
+    return scheduler
+
+
+def _trial(name: str, ranks: int = 1) -> Any:
+    from ray.tune.experiment import Trial
+
+    from hpo.driver.rasda import placement
+
+    trial = Trial("t", trial_id=name, stub=True, config={"lr": 0.1})
+    trial.update_resources(placement(ranks, {"CPU": 1, "GPU": 0}))
+    trial.set_status(Trial.RUNNING)
+    return trial
+
+
+def _result(iteration: int, loss: float) -> dict[str, Any]:
+    return {"training_iteration": iteration, "loss": loss}
+
+
+def test_a_trial_passing_a_rung_pauses_and_resumes_on_twice_the_ranks_first() -> None:
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import TrialScheduler
+
+    from hpo.driver.rasda import ranks_of
+
+    scheduler, (runner, waiting) = _scheduler(), (_trial("runner"), _trial("waiting"))
+    waiting.set_status(Trial.PENDING)
+    controller = _Controller([waiting, runner], cpus=8)
+    for trial in (runner, waiting):
+        scheduler.on_trial_add(controller, trial)
+    assert scheduler.on_trial_result(controller, runner, _result(1, 0.5)) == \
+        TrialScheduler.PAUSE
+    assert scheduler.choose_trial_to_run(controller) is waiting  # still pausing: not yet
+    runner.set_status(Trial.PAUSED)
+    assert scheduler.choose_trial_to_run(controller) is runner  # grown trials go first
+    assert ranks_of(runner) == 2 and "batch_schedule.grow_at" not in runner.config
+    runner.set_status(Trial.RUNNING)
+    # Between rungs it runs on; at the next rung (2) it doubles again, then the cap holds.
+    assert scheduler.on_trial_result(controller, runner, _result(2, 0.4)) == \
+        TrialScheduler.PAUSE
+    runner.set_status(Trial.PAUSED)
+    scheduler.choose_trial_to_run(controller)
+    assert ranks_of(runner) == 4
+    runner.set_status(Trial.RUNNING)
+    assert scheduler.on_trial_result(controller, runner, _result(3, 0.3)) == \
+        TrialScheduler.CONTINUE
+    assert scheduler.on_trial_result(controller, runner, _result(4, 0.2)) == \
+        TrialScheduler.CONTINUE  # at max_workers already: no pause for nothing
+
+
+def test_a_trial_below_the_cutoff_stops_as_in_asha() -> None:
+    from ray.tune.schedulers import TrialScheduler
+
+    scheduler, trials = _scheduler(), [_trial(f"t{i}") for i in range(3)]
+    controller = _Controller(trials, cpus=8)
+    for trial in trials:
+        scheduler.on_trial_add(controller, trial)
+    decisions = [scheduler.on_trial_result(controller, trial, _result(1, loss))
+                 for trial, loss in zip(trials, [0.5, 0.9, 0.1], strict=True)]
+    assert decisions == [TrialScheduler.PAUSE, TrialScheduler.STOP, TrialScheduler.PAUSE]
+
+
+def test_growth_takes_only_what_is_free() -> None:
+    from ray.tune.schedulers import TrialScheduler
+
+    scheduler, (grower, other) = _scheduler(), (_trial("grower"), _trial("other", ranks=1))
+    controller = _Controller([grower, other], cpus=2)  # the other trial holds one of two
+    for trial in (grower, other):
+        scheduler.on_trial_add(controller, trial)
+    # fixed batch, nothing free: going on at its ranks beats waiting for a second one
+    assert scheduler.on_trial_result(controller, grower, _result(1, 0.5)) == \
+        TrialScheduler.CONTINUE
+
+
+def test_a_growing_batch_is_written_into_the_config_at_the_rung() -> None:
+    from ray.tune.experiment import Trial
+
+    scheduler, trial = _scheduler("grows", max_workers=2), _trial("t")
+    controller = _Controller([trial], cpus=8)
+    scheduler.on_trial_add(controller, trial)
+    scheduler.on_trial_result(controller, trial, _result(1, 0.5))
+    assert trial.config["batch_schedule.grow_at"] == [1]
+    assert trial.config["batch_schedule.grow_factor"] == 2
+    trial.set_status(Trial.PAUSED)
+    scheduler.choose_trial_to_run(controller)
+    trial.set_status(Trial.RUNNING)
+    scheduler.on_trial_result(controller, trial, _result(2, 0.4))  # capped: no more growth
+    assert trial.config["batch_schedule.grow_at"] == [1]
+
+
+def test_a_rung_that_cannot_finish_in_the_allocation_is_held() -> None:
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import TrialScheduler
+
+    from hpo.driver.rasda import ranks_of
+
+    guard = _Guard(allowed=False)
+    scheduler, trial = _scheduler(guard=guard), _trial("t")
+    controller = _Controller([trial], cpus=8)
+    scheduler.on_trial_add(controller, trial)
+    assert scheduler.on_trial_result(controller, trial, _result(1, 0.5)) == \
+        TrialScheduler.PAUSE
+    assert guard.asked == [("t", 1, 2)]  # one iteration to rung 2, on the grown ranks
+    assert scheduler.choose_trial_to_run(controller) is None
+    assert guard.stopped == []  # still saving its checkpoint: not yet
+    trial.set_status(Trial.PAUSED)
+    assert scheduler.choose_trial_to_run(controller) is None
+    assert guard.stopped  # nothing can go on in this allocation: stop and requeue now
+    assert ranks_of(trial) == 2  # it resumes grown in the next allocation
+    fresh = _trial("fresh")
+    fresh.set_status(Trial.PENDING)
+    controller.trials.append(fresh)
+    assert scheduler.choose_trial_to_run(controller) is None  # its first rung would not fit
+
+
+def test_the_live_view_shows_each_running_trials_ranks() -> None:
+    from types import SimpleNamespace
+
+    from hpo.driver.progress import LiveProgress
+
+    view = LiveProgress([("loss", "min")], total=2)
+    grown, plain = (SimpleNamespace(trial_id=name, status="RUNNING", config={})
+                    for name in ("grown", "plain"))
+    view.on_trial_result(1, [grown], grown, {"loss": 0.5, "ranks": 4, "training_iteration": 3})
+    view.on_trial_result(1, [plain], plain, {"loss": 0.7, "training_iteration": 1})
+    table = view._render([grown, plain]).renderables[-1]
+    assert [c.header for c in table.columns][:3] == ["trial", "iter", "ranks"]
+    assert list(table.columns[2].cells) == ["4", "-"]
+
+
+def test_a_resumed_experiment_gives_grown_trials_their_ranks_back() -> None:
+    """Tune rebuilds a restored trial's resources from the trainable's (one rank)."""
+    from ray.tune.experiment import Trial
+
+    from hpo.driver.rasda import ranks_of
+
+    scheduler, grown, fresh = _scheduler(), _trial("grown"), _trial("fresh")
+    for trial in (grown, fresh):
+        trial.set_status(Trial.PAUSED if trial is grown else Trial.PENDING)
+    grown.run_metadata.last_result = {"training_iteration": 3, "loss": 0.2}  # rungs 1, 2 passed
+    controller = _Controller([grown, fresh], cpus=8)
+    for trial in (grown, fresh):
+        scheduler.on_trial_add(controller, trial)
+    assert (ranks_of(grown), ranks_of(fresh)) == (4, 1)

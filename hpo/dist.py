@@ -136,15 +136,15 @@ def prepare(model: torch.nn.Module, optimizer: torch.optim.Optimizer
     if _backend == "horovod":
         import horovod.torch as hvd
 
-        # The wrapper is a new optimizer over the same parameters, with empty state: carry a
-        # restored state (momentum buffers) over, or a resumed trial would lose it.
-        restored = optimizer.state_dict()
+        # Rank 0's optimizer state, loaded into the wrapper: it is a new optimizer over the
+        # same parameters with empty state (a restored trial's momentum would be lost), and
+        # hvd.broadcast_optimizer_state would fill a fresh one with a zero-gradient step
+        # (Adam's step count, SGD's weight-decay momentum) that DDP and one process lack.
+        state = hvd.broadcast_object(optimizer.state_dict(), root_rank=0)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         optimizer = hvd.DistributedOptimizer(optimizer,
                                              named_parameters=model.named_parameters())
-        if restored["state"]:
-            optimizer.load_state_dict(restored)
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        optimizer.load_state_dict(state)
     elif _backend == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 

@@ -61,3 +61,15 @@ def test_images_gives_the_same_losses_on_1_2_and_4_ranks(
     assert [row["global_batch"] for row in rows] == [32, 64]
     np.testing.assert_allclose(_losses(rows), expected, rtol=RTOL,
                                err_msg=f"{backend} on {workers} ranks")
+
+
+def test_adam_on_two_horovod_ranks_gives_the_one_process_losses(tmp_path: Path) -> None:
+    """Adam keeps a step count: Horovod's broadcast_optimizer_state would start it at one (a
+    zero-gradient step on a fresh optimizer), which DDP and one process do not."""
+    config = {**CONFIG, "optimizer": "adam", "lr": 0.01}
+    spec = {"name": "adam", "trainable": "trainables.images:train", "metric": "val_loss",
+            "mode": "min", "storage": str(tmp_path), "constants": config,
+            "checkpoint": {"frequency": 0},
+            "distributed": {"backend": "horovod", "workers": 2, "cpus_per_worker": 1}}
+    ((rows,),) = [trial_rows(hpo.run(spec, num_cpus=2).path).values()]
+    np.testing.assert_allclose(_losses(rows), _one_process(config), rtol=RTOL)

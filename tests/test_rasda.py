@@ -217,10 +217,12 @@ def test_a_rung_that_cannot_finish_in_the_allocation_is_held() -> None:
     assert scheduler.choose_trial_to_run(controller) is None
     assert guard.stopped  # nothing can go on in this allocation: stop and requeue now
     assert ranks_of(trial) == 2  # it resumes grown in the next allocation
+    guard.stopped.clear()
     fresh = _trial("fresh")
     fresh.set_status(Trial.PENDING)
     controller.trials.append(fresh)
-    assert scheduler.choose_trial_to_run(controller) is None  # its first rung would not fit
+    # Tune starts a pending trial whatever the scheduler says: offered, and no stop meanwhile
+    assert scheduler.choose_trial_to_run(controller) is fresh and guard.stopped == []
 
 
 def test_the_live_view_shows_each_running_trials_ranks() -> None:

@@ -88,15 +88,16 @@ def test_run_stops_at_the_end_minus_the_margin_requeues_and_finishes(
 
 def test_rasda_holds_a_rung_that_would_not_fit_requeues_and_grows_after(
         slurm: SlurmTestCluster, outputs: list[str]) -> None:
-    # One trial, rungs at 5 and 10 (max_t), 1 -> 2 ranks, 5 s of work a step on one rank
-    # (half that on two). Rung 5 comes 40-50 s after the set-up line (Ray's start, the ranks'
-    # start, 25 s of steps), leaving 12-22 s before the first end's margin (62 s), and the
-    # guard estimates 5 more steps at >= 25 s on 2 ranks (no speed-up assumed before one is
-    # measured): the trial holds on rung 5's checkpoint; with nothing else to run, the
-    # scheduler stops the run for the requeue.
+    # One trial, rungs at 5 and 10 (max_t), 1 -> 2 ranks, 7 s of work a step on one rank
+    # (half that on two). Rung 5 comes 40-60 s after the set-up line (Ray's start, the ranks'
+    # start, 35 s of steps), before the first end's margin (72 s), and the guard estimates 5
+    # more steps at >= 35 s on 2 ranks (no speed-up assumed before one is measured), more than
+    # is left once rung 5 comes later than 37 s (it cannot come sooner): the trial holds on
+    # rung 5's checkpoint; with nothing else to run, the scheduler stops the run for the
+    # requeue.
     first = ('if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then '
-             'export SLURM_JOB_END_TIME=$(( $(date +%s) + 70 )); fi')
-    space = _space(slurm, "rasda-hold", nodes=1, samples=1, steps=10, sleep=5.0, extra=(
+             'export SLURM_JOB_END_TIME=$(( $(date +%s) + 80 )); fi')
+    space = _space(slurm, "rasda-hold", nodes=1, samples=1, steps=10, sleep=7.0, extra=(
         "scheduler: {type: rasda, max_t: 10, grace_period: 5, reduction_factor: 2}\n"
         "distributed: {backend: ddp, workers: 1, max_workers: 2, cpus_per_worker: 1}\n"),
         slurm_extra=f"  setup: ['{first}']\n")

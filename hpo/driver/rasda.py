@@ -7,9 +7,11 @@ With `batch: grows` the global batch grows with the ranks, written into the tria
 `batch_schedule.grow_at` (hpo.large_batch), so the same config on one rank trains the same.
 
 Ray's ResourceChangingScheduler cannot serve: it refuses reuse_actors, which hpo's rank reuse
-needs, and it resumes paused trials only after pending ones (FIFO order); here grown trials
-go first. Inside Slurm, a `guard` (hpo.driver.walltime) keeps a rung that cannot finish
-before the allocation ends from starting.
+needs, and it offers paused trials only after pending ones (FIFO order); here grown trials
+are offered first (Tune still starts pending trials beside them where the cluster has room).
+Inside Slurm, a `guard` (hpo.driver.walltime) keeps a promoted trial from starting a rung
+that cannot finish before the allocation ends: it is held on its rung's checkpoint, and when
+only held trials are left the run stops for the requeue.
 """
 
 from __future__ import annotations
@@ -130,10 +132,20 @@ class RasdaScheduler(AsyncHyperBandScheduler):
         counting what this trial holds as its own."""
         free = {key: self._total(tune_controller, key) for key in ("CPU", "GPU")}
         for other in tune_controller.get_trials():
-            if other is trial or other.status != Trial.RUNNING:
+            if other is trial:
+                continue
+            # Tune starts every pending trial it can, whatever the scheduler picks: they count
+            # as taken, and so do other trials' growths not applied yet.
+            held = other.status in (Trial.RUNNING, Trial.PENDING)
+            grown = self._resize.get(other.trial_id)
+            if grown is not None:
+                need = placement(grown, self._bundle).required_resources
+            elif held:
+                need = other.placement_group_factory.required_resources
+            else:
                 continue
             for key in free:
-                free[key] -= other.placement_group_factory.required_resources.get(key, 0)
+                free[key] -= need.get(key, 0)
         fits = [n for n in self._counts if n <= target and all(
             n * self._bundle[key] <= free[key] for key in free)]
         return max(fits, default=ranks_of(trial))
@@ -144,27 +156,23 @@ class RasdaScheduler(AsyncHyperBandScheduler):
         return float(updater.get_num_cpus() if key == "CPU" else updater.get_num_gpus())
 
     def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
-        """Grown trials first (they are further along), then new ones; held ones never."""
+        """A grown trial (Tune also starts pending trials in the same pass, as far as the
+        cluster holds them: this scheduler cannot keep them back); held ones never."""
         self._apply_resizes(tune_controller)
-        for trial in tune_controller.get_trials():
+        trials = tune_controller.get_trials()
+        for trial in trials:
             if trial.status == Trial.PAUSED and trial.trial_id not in self._held:
                 return trial
-        waiting = False
-        for trial in tune_controller.get_trials():
-            if trial.status == Trial.PENDING and self._may_start(trial):
+        for trial in trials:
+            if trial.status == Trial.PENDING:
                 return trial
-            waiting = waiting or trial.status in (Trial.PENDING, Trial.PAUSED)
-        running = any(t.status == Trial.RUNNING for t in tune_controller.get_trials())
-        if waiting and not running and self._guard is not None:
-            # Nothing fits before the allocation ends: checkpoint and requeue now, as at
-            # Slurm's walltime warning, rather than idle until it.
+        paused = any(t.status == Trial.PAUSED for t in trials)
+        running = any(t.status == Trial.RUNNING for t in trials)
+        if paused and not running and self._guard is not None:
+            # Only held trials are left: checkpoint and requeue now, as at Slurm's walltime
+            # warning, rather than idle until it.
             self._guard.stop_run("no rung fits before the allocation ends")
         return None
-
-    def _may_start(self, trial: Trial) -> bool:
-        if self._guard is None:
-            return True
-        return self._guard.allows(trial.trial_id, self._milestones[0], ranks_of(trial))
 
     def _apply_resizes(self, tune_controller: TuneController) -> None:
         # A trial pausing is still RUNNING until its checkpoint is saved: resize it after.

@@ -44,6 +44,8 @@ class ReportChannel:
     async def put(self, report: Report) -> bool:
         """Called by rank 0; returns once the trial has handed the report to Tune: True to go
         on, False when Tune stopped the trial meanwhile."""
+        if self._stopped:  # nobody takes it any more
+            return False
         done = asyncio.Event()
         await self._reports.put((report, done))
         await done.wait()

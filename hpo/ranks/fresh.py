@@ -1,11 +1,11 @@
 """What one trial leaves behind in a rank process, undone before the next trial runs there.
 
 A warm rank (hpo.ranks.pool) serves trial after trial; each starts as in a new process:
-random generators seeded anew from the OS (torch, Python's, NumPy's: a new process does the
-same), the environment, working directory, default dtype and grad mode as they were. After
-the trial its objects are collected and the CUDA memory they held must be free again, or the
-rank is not handed on. (The trainable's own module globals start fresh too: hpo ships a
-trainable from a file by value, a new copy with each trial.)
+random generators as a new process has them (torch's at its fixed default seed, Python's
+and NumPy's seeded from the OS); the environment, working directory, default dtype and grad
+mode as they were. After the trial its objects are collected and the CUDA memory they held
+must be free again, or the rank is not handed on. (The trainable's own module globals start
+fresh too: hpo ships a trainable from a file by value, a new copy with each trial.)
 """
 
 from __future__ import annotations
@@ -37,10 +37,15 @@ def trial_state() -> Iterator[None]:
         torch.set_grad_enabled(grad)
 
 
+# torch seeds its default generator with a fixed value in every new process (an unseeded
+# trainable draws the same on fresh ranks); the OS seeds Python's and NumPy's.
+_TORCH_START_SEED = 67280421310721
+
+
 def _reseed() -> None:
     import torch
 
-    torch.seed()  # every device: a non-deterministic seed, as at a process's start
+    torch.manual_seed(_TORCH_START_SEED)  # every device, as at a process's start
     random.seed()
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()

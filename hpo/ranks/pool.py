@@ -1,6 +1,7 @@
 """Warm ranks: a data-parallel trial reuses the rank processes that the previous trial in the
 same trial process left (imports done, backend libraries loaded), as Tune's actor reuse does
-for the trial process itself: about 0.2 s instead of 5 s for a 2-rank trial on 2 CPU cores.
+for the trial process itself: 0.3 s (DDP) or 0.6 s (Horovod) instead of 6-12 s for a 2-rank
+trial on 2 CPU cores (benchmarks/rank_reuse.py).
 
 Tune hands a reused trial actor on with its placement group (TuneController caches actors
 per PlacementGroupFactory), so ranks started inside that group stay valid for the next trial.
@@ -26,9 +27,9 @@ from hpo.ranks.rank import RankEnd
 from hpo.spec.model import Distributed
 
 # How long the next trial waits for a stopped trial's ranks to wind down; longer and it starts
-# new ones. Horovod's ranks leave at their next collective, within milliseconds; a DDP rank
-# blocked in a DDP model's collective waits for its peer (Gloo's 30 min timeout) instead.
-WIND_DOWN_S = 1.0
+# new ones. Every rank learns the stop at its report (hpo.session), so they leave together
+# within milliseconds; the wait costs time only when a rank hangs.
+WIND_DOWN_S = 5.0
 
 Shape = tuple[Any, ...]
 

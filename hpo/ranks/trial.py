@@ -10,6 +10,7 @@ from typing import Any
 
 import ray
 
+from hpo import cost
 from hpo.ranks import pool
 from hpo.ranks.channel import Files, pack_folder, unpack_folder
 from hpo.ranks.rank import RankEnd, run_rank
@@ -27,7 +28,10 @@ def distributed_trainable(func: Trainable, spec: Distributed, checkpoint_every: 
 
     @functools.wraps(func)
     def run_trial(config: dict[str, Any]) -> None:
-        _run_ranks(func, config, spec, checkpoint_every)
+        # metered from here: a reused trial process's session still holds the last trial's
+        # report time, which the cost would otherwise start from
+        with cost.metered():
+            _run_ranks(func, config, spec, checkpoint_every)
 
     # The trial process itself only relays: an empty head bundle, one bundle per rank, packed
     # on as few nodes as fit them.
@@ -112,7 +116,6 @@ def _relay(channel: Any, ranks: list[ray.ObjectRef], timeout_s: float,
 def _report(metrics: dict[str, Any], files: Files | None) -> None:
     from ray import tune
 
-    from hpo import cost
 
     # The relay holds the trial's placement group: it adds the cost of all ranks (no energy:
     # their GPUs are in other processes, maybe on other nodes).

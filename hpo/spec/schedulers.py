@@ -82,12 +82,12 @@ class Rasda(_Scheduler):
         return self
 
     def milestones(self) -> list[int]:
-        """The rungs' iterations, as Ray's ASHA places them (one bracket)."""
-        found, milestone = [], self.grace_period
-        while milestone <= self.max_t:
-            found.append(milestone)
-            milestone *= self.reduction_factor
-        return found
+        """The rungs' iterations, as Ray's ASHA places them (one bracket: its _Bracket)."""
+        import math
+
+        count = int(math.log(self.max_t / self.grace_period) / math.log(self.reduction_factor)
+                    + 1)
+        return [self.grace_period * self.reduction_factor ** k for k in range(count)]
     # No build(): the scheduler needs the ranks and the walltime (hpo.driver.translate).
 
 

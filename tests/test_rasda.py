@@ -115,10 +115,10 @@ def _scheduler(batch: str = "fixed", guard: Any = None, max_workers: int = 4) ->
 def _trial(name: str, ranks: int = 1) -> Any:
     from ray.tune.experiment import Trial
 
-    from hpo.driver.rasda import placement
+    from hpo.ranks.trial import rank_placement
 
     trial = Trial("t", trial_id=name, stub=True, config={"lr": 0.1})
-    trial.update_resources(placement(ranks, {"CPU": 1, "GPU": 0}))
+    trial.update_resources(rank_placement(ranks, {"CPU": 1, "GPU": 0}))
     trial.set_status(Trial.RUNNING)
     return trial
 

@@ -19,11 +19,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ray.tune.execution.placement_groups import PlacementGroupFactory
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
 
 from hpo.large_batch import SCHEDULE
+from hpo.ranks.trial import rank_count, rank_placement
 from hpo.spec.growth import rank_counts
 
 if TYPE_CHECKING:
@@ -46,13 +46,8 @@ class Guard(Protocol):
     def stop_run(self, reason: str) -> None: ...
 
 
-def placement(ranks: int, bundle: dict[str, float]) -> PlacementGroupFactory:
-    """A data-parallel trial's resources: an empty head bundle (the relay), one per rank."""
-    return PlacementGroupFactory([{}] + [dict(bundle) for _ in range(ranks)], strategy="PACK")
-
-
 def ranks_of(trial: Trial) -> int:
-    return sum(1 for bundle in trial.placement_group_factory.bundles if any(bundle.values()))
+    return rank_count(trial.placement_group_factory)
 
 
 class RasdaScheduler(AsyncHyperBandScheduler):
@@ -64,7 +59,7 @@ class RasdaScheduler(AsyncHyperBandScheduler):
         self._counts = rank_counts(options, ranks.workers, ranks.max_workers or ranks.workers)
         self._factor, self._grows = options.growth_factor, options.batch == "grows"
         self._bundle = {"CPU": ranks.cpus_per_worker, "GPU": ranks.gpus_per_worker}
-        self._milestones = sorted(options.milestones())
+        self._milestones = options.milestones()  # rising
         self._guard = guard
         self._resize: dict[str, int] = {}  # trial id -> the ranks it resumes on
         self._held: set[str] = set()  # paused for want of time: resumed by the next job
@@ -75,10 +70,9 @@ class RasdaScheduler(AsyncHyperBandScheduler):
         # the trainable's: give a grown trial back the ranks of the rungs it passed.
         done = int((trial.last_result or {}).get("training_iteration", 0))
         if done and trial.status in (Trial.PENDING, Trial.PAUSED):
-            step = min(sum(1 for m in self._milestones if m <= done), len(self._counts) - 1)
-            ranks = self._affordable(tune_controller, trial, self._counts[step])
+            ranks = self._affordable(tune_controller, trial, self._counts[self._step(done)])
             if ranks > ranks_of(trial):
-                trial.update_resources(placement(ranks, self._bundle))
+                trial.update_resources(rank_placement(ranks, self._bundle))
 
     def on_trial_result(self, tune_controller: TuneController, trial: Trial,
                         result: dict[str, Any]) -> str:
@@ -100,9 +94,7 @@ class RasdaScheduler(AsyncHyperBandScheduler):
                  result: dict[str, Any]) -> str:
         """A trial that passed a rung: grow it (pause, resize, resume) or let it go on."""
         done = int(result["training_iteration"])
-        # Counted from the milestones, not from ASHA's records: a resumed experiment's
-        # scheduler has recorded only the rungs passed since.
-        step = min(sum(1 for m in self._milestones if m <= done), len(self._counts) - 1)
+        step = self._step(done)
         now = ranks_of(trial)
         ranks = self._affordable(tune_controller, trial, self._counts[step])
         batch_grows = self._grows and len(self._grow_at(trial)) < step
@@ -123,6 +115,12 @@ class RasdaScheduler(AsyncHyperBandScheduler):
             return TrialScheduler.PAUSE
         return TrialScheduler.PAUSE if grows else TrialScheduler.CONTINUE
 
+    def _step(self, done: int) -> int:
+        """The growth step due after `done` iterations: the rungs passed, up to the cap.
+        Counted from the milestones, not from ASHA's records: a resumed experiment's
+        scheduler has recorded only the rungs passed since."""
+        return min(sum(1 for m in self._milestones if m <= done), len(self._counts) - 1)
+
     @staticmethod
     def _grow_at(trial: Trial) -> list[int]:
         return list(trial.config.get(GROW_AT) or [])
@@ -139,7 +137,7 @@ class RasdaScheduler(AsyncHyperBandScheduler):
             held = other.status in (Trial.RUNNING, Trial.PENDING)
             grown = self._resize.get(other.trial_id)
             if grown is not None:
-                need = placement(grown, self._bundle).required_resources
+                need = rank_placement(grown, self._bundle).required_resources
             elif held:
                 need = other.placement_group_factory.required_resources
             else:
@@ -180,7 +178,7 @@ class RasdaScheduler(AsyncHyperBandScheduler):
             ranks = self._resize.get(trial.trial_id)
             if ranks is not None and trial.status == Trial.PAUSED:
                 if ranks != ranks_of(trial):
-                    trial.update_resources(placement(ranks, self._bundle))
+                    trial.update_resources(rank_placement(ranks, self._bundle))
                 del self._resize[trial.trial_id]
 
     def debug_string(self) -> str:

@@ -33,11 +33,17 @@ def distributed_trainable(func: Trainable, spec: Distributed, checkpoint_every: 
         with cost.metered():
             _run_ranks(func, config, spec, checkpoint_every)
 
-    # The trial process itself only relays: an empty head bundle, one bundle per rank, packed
-    # on as few nodes as fit them.
-    rank_bundle = {"CPU": spec.cpus_per_worker, "GPU": spec.gpus_per_worker}
-    bundles = [{}] + [dict(rank_bundle) for _ in range(spec.workers)]
-    return tune.with_resources(run_trial, tune.PlacementGroupFactory(bundles, strategy="PACK"))
+    bundle = {"CPU": spec.cpus_per_worker, "GPU": spec.gpus_per_worker}
+    return tune.with_resources(run_trial, rank_placement(spec.workers, bundle))
+
+
+def rank_placement(ranks: int, bundle: dict[str, float]) -> Any:
+    """A data-parallel trial's PlacementGroupFactory: the trial process itself only relays (an
+    empty head bundle), then one bundle per rank, packed on as few nodes as fit them."""
+    from ray import tune
+
+    return tune.PlacementGroupFactory([{}] + [dict(bundle) for _ in range(ranks)],
+                                      strategy="PACK")
 
 
 def _run_ranks(func: Trainable, config: dict[str, Any], spec: Distributed,

@@ -17,6 +17,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from hpo.driver.stops import stopped_by
+
 _SHOWN_RUNNING = 8
 
 
@@ -36,6 +38,7 @@ class LiveProgress(TrialProgressCallback):
         self._drawn = 0.0
         self._best: tuple[float, str, dict[str, Any]] | None = None
         self._latest: dict[str, dict[str, Any]] = {}
+        self._stopped: Group | None = None  # the frame at a stop
 
     def __getstate__(self) -> dict[str, Any]:
         return {"objectives": self.objectives, "total": self.total}
@@ -70,12 +73,16 @@ class LiveProgress(TrialProgressCallback):
         return value > best if self.mode == "max" else value < best
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        if self._stopped is None and stopped_by():
+            # Tune stops every trial before the last frame: keep the states the stop found.
+            self._stopped = self._render(trials, stopped_by())
         if self._live and time.monotonic() - self._drawn > 0.5:
             self._draw(trials)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         if self._live:
-            self._draw(trials)
+            self._drawn = time.monotonic()
+            self._live.update(self._stopped or self._render(trials), refresh=True)
             self._live.stop()
             if not self._live.console.is_terminal:
                 self._live.console.line()  # Rich ends a non-terminal final frame mid-line
@@ -85,12 +92,16 @@ class LiveProgress(TrialProgressCallback):
         self._drawn = time.monotonic()
         self._live.update(self._render(trials), refresh=True)  # type: ignore[union-attr]
 
-    def _render(self, trials: list) -> Group:
+    def _render(self, trials: list, stopped: str | None = None) -> Group:
         states = Counter(t.status for t in trials)
         elapsed = time.monotonic() - self._start
         head = Text(f"{len(trials)}/{self.total} trials  " + "  ".join(
             f"{s.lower()} {n}" for s, n in sorted(states.items())) + f"  elapsed {elapsed:.0f}s")
         best = self._headline()
+        if stopped:
+            unfinished = sum(n for s, n in states.items() if s not in ("TERMINATED", "ERROR"))
+            best += (f"\nstopped by {stopped}: {unfinished} trial(s) unfinished, "
+                     "`hpo resume` continues them")
         running = [t for t in trials if t.status == "RUNNING"][:_SHOWN_RUNNING]
         if not running:
             return Group(head, Text(best, style="bold"))

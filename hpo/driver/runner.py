@@ -260,8 +260,10 @@ def _saved_spec(exp_dir: Path, source: str, trainable: Any) -> Spec:
 def _fit(tuner: Any, spec: Spec) -> None:
     from ray.tune import TuneError
 
+    from hpo.driver.stops import signals_restored
+
     try:
-        with seeded_scheduler_draws(spec.search.seed):
+        with seeded_scheduler_draws(spec.search.seed), signals_restored():
             tuner.fit()
     except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
         if "did not include the specified metric" not in str(exc):
@@ -277,7 +279,7 @@ def _fit(tuner: Any, spec: Spec) -> None:
 
 def _outcome(exp_dir: Path, spec: Spec) -> RunResult:
     frame = load_results(exp_dir)
-    # Ctrl+C / SIGTERM: Tune saved its state and returned early.
+    # A stop (Ctrl+C, SIGTERM, USR1; hpo.driver.stops): Tune saved its state and returned.
     # (synchronous HyperBand leaves the trials it cut PAUSED; rasda, those held for want of
     # walltime, to be resumed by the requeued job)
     waiting = ["PENDING", "RUNNING", *(["PAUSED"] if spec.scheduler.type != "hyperband" else [])]
@@ -285,7 +287,10 @@ def _outcome(exp_dir: Path, spec: Spec) -> RunResult:
     not_started = 0 if spec.time_budget_s else max(trial_count(spec) - len(frame), 0)
     unfinished = not_started + open_trials
     if unfinished:
-        raise RunError(f"the run stopped with {unfinished} trial(s) unfinished. Hint: "
+        from hpo.driver.stops import stopped_by  # imports ray.tune: after Ray started
+
+        by = f" by {stopped_by()}" if stopped_by() else ""
+        raise RunError(f"the run stopped{by} with {unfinished} trial(s) unfinished. Hint: "
                        f"`hpo resume {exp_dir}` continues it")
     metric = frame.attrs.get("metric", "")
     result = RunResult(exp_dir, frame)

@@ -146,6 +146,7 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
     from ray import tune
 
     from hpo.driver.progress import LiveProgress
+    from hpo.driver.stops import HeldStop
     from hpo.driver.trial_logs import trial_loggers
 
     a_class = isinstance(trainable, type)
@@ -164,7 +165,8 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
         name=exp_dir.name, storage_path=str(exp_dir.parent), stop=spec.stop or None,
         verbose=0, log_to_file=True,
         # Ray would add its own loggers, which lose restarted trials' rows and scalars.
-        callbacks=[LiveProgress(spec.objectives, spec.num_samples), *trial_loggers(),
+        # HeldStop first: the live view's last frame shows the trials a stop left open.
+        callbacks=[HeldStop(), LiveProgress(spec.objectives, spec.num_samples), *trial_loggers(),
                    *tracking_callbacks(spec, exp_dir), *extra_callbacks],
         # A class trainable is saved by Tune every `frequency` steps; a function reports its
         # own checkpoints (hpo.report keeps every Nth).

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from typing import Any
 from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
-from hpo.driver import storage_faults
+from hpo.driver import history, storage_faults
 
 
 def _noting_storage_faults(write: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -54,11 +55,14 @@ class _NotesStorageFaults:
 
 
 class _KeepsDriverCopy(_NotesStorageFaults):
-    """For Ray's file loggers: bring the storage copy back only when the driver has none."""
+    """For Ray's file loggers: bring the storage copy back only when the driver has none, and
+    cut it back to the checkpoint the trial starts from (hpo.driver.history). Ray calls this
+    before it opens the file for appending."""
 
     def _restore_from_remote(self, file_name: str, trial: Any) -> None:
         if not Path(trial.local_path, file_name).exists():
             super()._restore_from_remote(file_name, trial)  # type: ignore[misc]
+        history.cut_trial_file(Path(trial.local_path, file_name), trial)
 
 
 class JsonLogger(_KeepsDriverCopy, JsonLoggerCallback):
@@ -68,6 +72,13 @@ class JsonLogger(_KeepsDriverCopy, JsonLoggerCallback):
 class CsvLogger(_KeepsDriverCopy, CSVLoggerCallback):
     """Ray's progress.csv logger that never overwrites the driver's newer copy."""
 
+    def log_trial_start(self, trial: Any) -> None:
+        # Ray's CSV logger opens the file at the first result only, and keeps it open over a
+        # pause or a reused actor: reopen (and so cut) at every start.
+        if trial in self._trial_files:
+            super().log_trial_end(trial)
+        _noting_storage_faults(self._setup_trial, trial)
+
 
 def _writer(logdir: str, **options: Any) -> Any:
     from tensorboardX import SummaryWriter
@@ -76,11 +87,20 @@ def _writer(logdir: str, **options: Any) -> Any:
 
 
 class TensorBoardLogger(_NotesStorageFaults, TBXLoggerCallback):
-    """Ray's TensorBoard logger with one events file per writer (none overwritten)."""
+    """Ray's TensorBoard logger with one events file per writer (none overwritten); a
+    restarted trial's writer purges the steps after its checkpoint (TensorBoard drops them)."""
 
     def __init__(self) -> None:
         super().__init__()  # raises ImportError without tensorboardX: no silent gap
         self._summary_writer_cls = _writer
+
+    def log_trial_start(self, trial: Any) -> None:
+        purge = history.restored_iteration(trial) + 1
+        self._summary_writer_cls = functools.partial(_writer, purge_step=purge)
+        try:
+            super().log_trial_start(trial)
+        finally:
+            self._summary_writer_cls = _writer
 
 
 class StorageReserve(Callback):

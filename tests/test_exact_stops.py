@@ -1,0 +1,144 @@
+"""A stop at any instant, then `hpo resume`: every trial's history is exactly 1..N, once each.
+
+The stops are injected at exact instants (tests/stop_points.py): after a trial's result row is
+written and before Tune registers the checkpoint reported with it, where a stop used to leave
+`[1, 2, 3, 4, 5, 5, 6, ...]`. Histories are compared as lists, never as sets.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, trial_rows
+from stop_points import SPEC, StopAt
+
+import hpo
+from hpo.driver.history import cut_after
+from hpo.errors import RunError
+
+STEPS = SPEC["constants"]["steps"]
+EXACT = list(range(1, STEPS + 1))
+
+
+def _csv_iterations(exp_dir: Path) -> dict[str, list[int]]:
+    found = {}
+    for path in sorted(exp_dir.glob("*/progress.csv")):
+        with path.open() as f:
+            found[path.parent.name] = [int(row["training_iteration"]) for row in
+                                       csv.DictReader(f)]
+    return found
+
+
+def assert_exact(exp_dir: Path, trials: int = SPEC["num_samples"]) -> None:
+    """result.json, progress.csv and hpo.load's curves hold each trial's steps 1..N once."""
+    rows = {name: [r["training_iteration"] for r in found]
+            for name, found in trial_rows(exp_dir).items()}
+    assert len(rows) == trials
+    assert all(steps == EXACT for steps in rows.values()), rows
+    assert _csv_iterations(exp_dir) == rows
+    curves = hpo.load(exp_dir).curves
+    for trial_id, steps in curves.groupby("trial_id")["training_iteration"]:
+        assert list(steps) == EXACT, (trial_id, list(steps))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signame", "group"), [("SIGINT", True), ("SIGTERM", False),
+                                                ("SIGUSR1", False)])
+def test_stop_between_row_and_checkpoint_then_resume_is_exact(
+        tmp_path: Path, signame: str, group: bool) -> None:
+    """Ctrl+C (to the process group, as a terminal sends it), SIGTERM and USR1: one line with
+    the resume hint, the last frame shows the unfinished trials, well within 30 s."""
+    storage = tmp_path / "results"
+    command = [sys.executable, str(ROOT / "tests" / "stop_points.py"), str(storage), "s",
+               signame, "1", "4", *(["--group"] if group else [])]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests"), "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300, start_new_session=True)
+    ended = time.time()
+    fired = storage / "s.fired"
+    assert fired.exists(), done.stderr[-2000:]
+    assert ended - fired.stat().st_mtime < 30
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert last.startswith(f"hpo: the run stopped by {signame}"), last
+    assert f"`hpo resume {storage / 's'}` continues it" in last
+    assert f"stopped by {signame}" in done.stderr and "trial(s) unfinished" in done.stderr
+    assert "Traceback" not in done.stderr
+
+    resumed = subprocess.run([sys.executable, "-m", "hpo", "resume", str(storage / "s")],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert_exact(storage / "s")
+
+
+@pytest.mark.slow
+def test_rows_after_the_last_checkpoint_are_cut_on_resume(tmp_path: Path) -> None:
+    """checkpoint.frequency 5: a stop at step 8 resumes from step 5; steps 6-8 are reported
+    again, and the history keeps them once."""
+    marker = tmp_path / "fired"
+    spec = {**SPEC, "name": "f", "num_samples": 1, "checkpoint": {"frequency": 5, "keep": 1}}
+    with pytest.raises(RunError, match="stopped by SIGUSR1"):
+        hpo.run(spec, storage=str(tmp_path), keep_ray=True,
+                callbacks=[StopAt(signal.SIGUSR1, 0, 8, str(marker))])
+    before = [r["training_iteration"] for r in next(iter(trial_rows(tmp_path / "f").values()))]
+    assert before == list(range(1, 9))
+    hpo.resume(tmp_path / "f", keep_ray=True)
+    assert_exact(tmp_path / "f", trials=1)
+    assert "restarts from its checkpoint at iteration 5: 3 row(s) of result.json" in (
+        tmp_path / "f" / "hpo.log").read_text()
+
+
+# 20 stop points spread over trials (in start order) and steps.
+SWEEP = [(i % 4, 1 + (i * 7) % STEPS, (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)[i % 3])
+         for i in range(20)]
+
+
+@pytest.mark.slow
+def test_twenty_stops_each_resume_exactly(tmp_path: Path) -> None:
+    """4 trials x 12 steps, stopped once at each of 20 points and resumed: 20/20 exact."""
+    inexact = []
+    for i, (trial, step, signum) in enumerate(SWEEP):
+        name = f"sweep{i}"
+        stop = StopAt(signum, trial, step, str(tmp_path / f"{name}.fired"))
+        with pytest.raises(RunError, match="stopped by"):
+            hpo.run({**SPEC, "name": name}, storage=str(tmp_path), keep_ray=True,
+                    callbacks=[stop])
+        hpo.resume(tmp_path / name, keep_ray=True)
+        try:
+            assert_exact(tmp_path / name)
+        except AssertionError as exc:
+            inexact.append(f"{name} ({trial}, {step}, {signum.name}): {exc}")
+    assert not inexact, "\n".join(inexact)
+
+
+@pytest.mark.parametrize(("text", "last", "kept", "dropped"), [
+    ('{"training_iteration": 1}\n{"training_iteration": 2}\n{"training_iteration": 3}\n',
+     2, [1, 2], 1),
+    ('{"training_iteration": 1}\n{"training_iteration": 2}\n{"training_it', 5, [1, 2], 1),
+    ('{"training_iteration": 1}\n', 0, [], 1),
+    ('{"training_iteration": 1}\n{"training_iteration": 2}\n', 2, [1, 2], 0),
+])
+def test_cut_result_json(tmp_path: Path, text: str, last: int, kept: list[int],
+                         dropped: int) -> None:
+    path = tmp_path / "result.json"
+    path.write_text(text)
+    assert cut_after(path, last) == dropped
+    import json
+
+    assert [json.loads(line)["training_iteration"] for line in
+            path.read_text().splitlines()] == kept
+
+
+def test_cut_progress_csv_keeps_the_header(tmp_path: Path) -> None:
+    path = tmp_path / "progress.csv"
+    path.write_text("score,training_iteration\n0.1,1\n0.2,2\n0.3,3\n")
+    assert cut_after(path, 1) == 2
+    assert path.read_text() == "score,training_iteration\n0.1,1\n"
+    assert cut_after(tmp_path / "missing.csv", 1) == 0

@@ -8,8 +8,13 @@ Steps, each a row of the table: the install (torch's NCCL against Horovod's, `hp
 GPU judgements), a 1-GPU trial, four trials packed on one GPU (gpus_per_trial: 0.25) against
 one alone, a 1-rank Horovod/NCCL trial and a 1-rank DDP/NCCL trial, and hpo's per-epoch time
 against the same trainable standalone (benchmarks/trial_vs_standalone.py, when present).
-`--cpu-check` runs every step that needs no GPU on the CPU (GPU sizes, no GPU resources), so
-the harness itself is tested on machines without one; its figures are not GPU figures.
+Then a 10 s trial's `hpo run` wall over its own compute, warm ranks (benchmarks/rank_reuse.py:
+one more 1-rank DDP trial on the GPU with and without reuse), and the adaptive batch against a
+fixed small one (benchmarks/adaptive_batch.py), each capped in time. A step that fails is a
+row that says so; the others still run. One GPU cannot show data-parallel efficiency over
+1..N GPUs: that row says so. `--cpu-check` runs every step that needs no GPU on the CPU (GPU
+sizes, no GPU resources), so the harness itself is tested on machines without one; its
+figures are not GPU figures.
 """
 
 from __future__ import annotations
@@ -145,27 +150,76 @@ def _horovod_nccl() -> bool:
     return bool(hvd.nccl_built())
 
 
-def step_standalone(args: argparse.Namespace) -> Step:
-    script = ROOT / "benchmarks" / "trial_vs_standalone.py"
-    if not script.exists():
-        return Step("hpo vs standalone", "skipped: benchmarks/trial_vs_standalone.py missing",
-                    0.0, None)
-    device = ["--device", "cpu" if args.cpu_check else "cuda"]
+def _script_step(name: str, command: list[str], timeout_s: float) -> Step:
+    """A benchmark script as one step: its last output line is the finding."""
     started = time.monotonic()
-    done = subprocess.run([sys.executable, str(script), *device, *args.standalone_args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=400, check=False)
-    last = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
-    return Step("hpo per-epoch / standalone", last, time.monotonic() - started,
-                done.returncode == 0)
+    try:
+        done = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True,
+                              text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return Step(name, f"timed out after {timeout_s:.0f} s", timeout_s, False)
+    lines = (done.stdout + done.stderr).strip().splitlines() or ["(no output)"]
+    log("\n".join(f"    {line}" for line in lines[-12:]))
+    return Step(name, lines[-1][:300], time.monotonic() - started, done.returncode == 0)
+
+
+def _device(args: argparse.Namespace) -> list[str]:
+    return ["--device", "cpu" if args.cpu_check else "cuda"]
+
+
+def step_standalone(args: argparse.Namespace) -> Step:
+    return _script_step("hpo per-epoch / standalone", ["benchmarks/trial_vs_standalone.py",
+                        *_device(args), *args.standalone_args], 400)
+
+
+def step_ten_second_trial(args: argparse.Namespace, tmp: Path, epoch: float) -> Step:
+    """One trial of about 10 s of compute: `hpo run` wall over the trial's own time."""
+    epochs = max(int(10 / max(epoch, 1e-3)), 3)
+    trials, wall = _run(tmp, "ten-s", {"constants": {**IMAGES, "epochs": epochs},
+                                       **_gpu(args, 1)}, args.cpus)
+    compute = sum(r["time_this_iter_s"] for r in trials[0])
+    return Step("10 s trial: hpo run wall / trial compute", f"{wall / compute:.2f}x "
+                f"({wall:.1f} s wall, {compute:.1f} s in the trial, {epochs} epochs)", wall, True)
+
+
+def step_warm_ranks(args: argparse.Namespace) -> Step:
+    return _script_step("warm rank: one more DDP trial", [
+        "benchmarks/rank_reuse.py", *_device(args), "--trials", "4", "--repeats", "1"], 240)
+
+
+def step_adaptive(args: argparse.Namespace) -> Step:
+    return _script_step("adaptive batch vs fixed 64", ["benchmarks/adaptive_batch.py",
+                        *_device(args), "--quiet-timeout", "5"], args.adaptive_timeout)
+
+
+def _guarded(name: str, step: Any, *call_args: Any) -> Step:
+    """A step that raised is a failed row; the steps after it still run."""
+    try:
+        result = step(*call_args)
+    except Exception as exc:  # every failure becomes a row of the table
+        result = Step(name, f"failed: {str(exc).strip().splitlines()[-1][:300]}", 0.0, False)
+    found = result[0] if isinstance(result, tuple) else result
+    log(f"  {found.name}: {found.finding}")
+    return result
 
 
 def run_steps(args: argparse.Namespace, tmp: Path) -> list[Step]:
-    steps = [step_install(), step_build_plan()]
-    for step in steps:
-        log(f"  {step.name}: {step.finding}")
-    one, alone_epoch = step_one_gpu(args, tmp)
-    steps += [one, step_packing(args, tmp, alone_epoch), step_ranks(args, tmp, "horovod"),
-              step_ranks(args, tmp, "ddp"), step_standalone(args)]
+    """The steps, most telling first: a time-capped run that ends early still says most."""
+    steps = [_guarded("install", step_install), _guarded("build plan", step_build_plan)]
+    one = _guarded("1-GPU trial", step_one_gpu, args, tmp)
+    one, alone_epoch = one if isinstance(one, tuple) else (one, 0.25)
+    steps.append(one)
+    if "warm ranks" not in args.skip:
+        steps.append(_guarded("warm ranks", step_warm_ranks, args))
+    steps += [_guarded("1-rank ddp", step_ranks, args, tmp, "ddp"),
+              _guarded("1-rank horovod", step_ranks, args, tmp, "horovod"),
+              _guarded("10 s trial", step_ten_second_trial, args, tmp, alone_epoch)]
+    if "standalone" not in args.skip:
+        steps.append(_guarded("standalone", step_standalone, args))
+    steps += [_guarded("packing", step_packing, args, tmp, alone_epoch),
+              Step("data-parallel efficiency 1..N GPUs", "not measurable on one GPU", 0.0, None)]
+    if "adaptive batch" not in args.skip:
+        steps.append(_guarded("adaptive batch", step_adaptive, args))
     return steps
 
 
@@ -201,6 +255,10 @@ def main() -> None:
     parser.add_argument("--standalone-args", nargs="*", default=[],
                         help="extra arguments for benchmarks/trial_vs_standalone.py")
     parser.add_argument("--markdown", type=Path, help="rewrite the gpu section of this file")
+    parser.add_argument("--skip", nargs="*", default=[],
+                        choices=["standalone", "warm ranks", "adaptive batch"])
+    parser.add_argument("--adaptive-timeout", type=float, default=240,
+                        help="seconds the adaptive-batch step may take")
     args = parser.parse_args()
     if args.cpus is None:
         args.cpus = os.cpu_count() or 2

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
@@ -201,11 +202,10 @@ def _nvml_counter(ids: list[str]) -> EnergyCounter | None:
 
 
 def _amdsmi_counter(ids: list[str]) -> EnergyCounter | None:
-    if not all(i.isdigit() for i in ids):
-        return None
     amdsmi = _amdsmi()
-    devices = amdsmi.amdsmi_get_processor_handles()
-    handles = [devices[int(i)] for i in ids]
+    handles = _amd_handles(amdsmi, node_gpu_ids(ids, os.environ.get("ROCR_VISIBLE_DEVICES")))
+    if handles is None:
+        return None
 
     def joules() -> float:  # an accumulator x its resolution in microjoules
         total = 0.0
@@ -218,3 +218,31 @@ def _amdsmi_counter(ids: list[str]) -> EnergyCounter | None:
     if math.isnan(joules()):
         return None
     return joules
+
+
+def node_gpu_ids(ids: list[str], rocr: str | None) -> list[str]:
+    """The trial's AMD GPUs as the node numbers them (indices, or UUIDs GPU-...). Ray's ids are
+    HIP's, and HIP's index into ROCR_VISIBLE_DEVICES' list where the job sets it (Slurm on
+    LUMI sets it alone; hpo.cluster.slurm_env gives HIP 0..n-1)."""
+    visible = [part.strip() for part in (rocr or "").split(",") if part.strip()]
+    return [visible[int(i)] for i in ids] if visible else list(ids)
+
+
+def _amd_handles(amdsmi: Any, node_ids: list[str]) -> list[Any] | None:
+    """amdsmi's handles of these GPUs (it sees every GPU of the node, whatever the job sees),
+    matched by HIP's own index or UUID; None when one is not found."""
+    handles = amdsmi.amdsmi_get_processor_handles()
+    if not hasattr(amdsmi, "amdsmi_get_gpu_enumeration_info"):  # before ROCm 6.4: by position
+        if not all(i.isdigit() and int(i) < len(handles) for i in node_ids):
+            return None
+        return [handles[int(i)] for i in node_ids]
+    by_index, by_uuid = {}, {}
+    for handle in handles:
+        info = amdsmi.amdsmi_get_gpu_enumeration_info(handle)
+        by_index[str(info["hip_id"])], by_uuid[_uuid(info["hip_uuid"])] = handle, handle
+    found = [by_index.get(i) if i.isdigit() else by_uuid.get(_uuid(i)) for i in node_ids]
+    return None if any(handle is None for handle in found) else found
+
+
+def _uuid(text: str) -> str:
+    return text.strip().lower().removeprefix("gpu-")

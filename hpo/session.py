@@ -1,16 +1,25 @@
 """What a trainable calls while it runs: `report` and `get_checkpoint` (the public API).
 
 A checkpoint is whatever the trainable hands over: a dict of state (saved with torch.save if
-torch is loaded, else pickle) or a directory path; `get_checkpoint` gives the same kind back.
-Ray Tune's own `ray.tune.report` / `ray.tune.get_checkpoint` keep working unchanged.
+torch is loaded, else pickle) or a directory path; `get_checkpoint` gives the same kind back,
+its GPU tensors on the trial's own device (hpo.dist.device). Ray Tune's own `ray.tune.report` /
+`ray.tune.get_checkpoint` keep working unchanged.
+
+A checkpoint in transit lives in a temporary folder (hpo-ckpt-*, hpo-restore-* in TMPDIR):
+removed once Tune has it, or when the trial ends (a restored folder handed to the trainable),
+or when the process exits; those of a process killed first go with the next one's on the node.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
 import pickle
+import re
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -19,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from hpo import cost
+from hpo import cost, dist
 
 Trainable = Callable[[dict[str, Any]], Any]  # what `trainable:` names: f(config)
 _STATE_PT, _STATE_PKL, _DIR, _ITER = "hpo_state.pt", "hpo_state.pkl", "hpo_dir", "hpo_iteration"
@@ -46,6 +55,7 @@ class _Trial:
     checkpoint_every: int = 1  # attach every Nth report's checkpoint; 0: never
     reports: int = 0
     link: RankLink | None = None  # set on the ranks of a data-parallel trial
+    restored: list[Path] = field(default_factory=list)  # removed when the trial ends
 
 
 _current: ContextVar[_Trial | None] = ContextVar("hpo_trial", default=None)
@@ -53,11 +63,14 @@ _current: ContextVar[_Trial | None] = ContextVar("hpo_trial", default=None)
 
 @contextlib.contextmanager
 def trial_session(checkpoint_every: int, link: RankLink | None = None) -> Iterator[None]:
-    token = _current.set(_Trial(checkpoint_every, link=link))
+    trial = _Trial(checkpoint_every, link=link)
+    token = _current.set(trial)
     try:
         yield
     finally:
         _current.reset(token)
+        for folder in trial.restored:
+            remove_scratch(folder)
 
 
 @dataclass
@@ -151,10 +164,14 @@ def _send_from_rank(link: RankLink, metrics: dict[str, Any], checkpoint: Any,
 
 @contextlib.contextmanager
 def _written(checkpoint: Any, reports: int) -> Iterator[Path]:
-    """A temporary folder holding the checkpoint as hpo stores it."""
-    with tempfile.TemporaryDirectory(prefix="hpo-ckpt-") as tmp:
-        _write_checkpoint(Path(tmp), checkpoint, reports)
-        yield Path(tmp)
+    """A temporary folder holding the checkpoint as hpo stores it (tune.report has copied it
+    to storage before it returns)."""
+    folder = scratch_folder("hpo-ckpt")
+    try:
+        _write_checkpoint(folder, checkpoint, reports)
+        yield folder
+    finally:
+        remove_scratch(folder)
 
 
 def _write_checkpoint(folder: Path, checkpoint: Any, reports: int) -> None:
@@ -184,7 +201,7 @@ def get_checkpoint() -> Any:
     try:
         return _load_state(local)
     finally:
-        shutil.rmtree(local, ignore_errors=True)
+        remove_scratch(local)
 
 
 def _local_copy_of_checkpoint() -> Path | None:
@@ -196,7 +213,7 @@ def _local_copy_of_checkpoint() -> Path | None:
     checkpoint = tune.get_checkpoint()
     if checkpoint is None:
         return None
-    local = Path(tempfile.mkdtemp(prefix="hpo-restore-"))
+    local = restore_folder()
     with checkpoint.as_directory() as folder:
         shutil.copytree(folder, local, dirs_exist_ok=True)
     return local
@@ -206,9 +223,27 @@ def _load_state(folder: Path) -> Any:
     if (folder / _STATE_PT).exists():
         import torch
 
-        return torch.load(folder / _STATE_PT, weights_only=False)
+        # Saved GPU tensors name the saving rank's device (cuda:3); without a map they would
+        # all land on cuda:0 of a Horovod node, or fail where no GPU is: onto this rank's own.
+        return torch.load(folder / _STATE_PT, map_location=_onto(str(dist.device())),
+                          weights_only=False)
     with open(folder / _STATE_PKL, "rb") as file:
         return pickle.load(file)
+
+
+def restore_location(saved: str, device: str) -> str:
+    """Where a storage saved at `saved` (torch's location tag) is restored: CPU tensors stay
+    on the CPU (a saved RNG state must), any other device's go to this rank's `device`."""
+    return saved if saved == "cpu" else device
+
+
+def _onto(device: str) -> Callable[[Any, str], Any]:
+    from torch.serialization import default_restore_location
+
+    def restore(storage: Any, saved: str) -> Any:
+        return default_restore_location(storage, restore_location(saved, device))
+
+    return restore
 
 
 def tune_storage() -> Any:
@@ -222,3 +257,55 @@ def trial_folder() -> str | None:
     """The running trial's folder in the experiment folder (None outside Tune)."""
     storage = tune_storage()
     return storage.trial_fs_path if storage else None
+
+
+# Checkpoints in transit: folders named hpo-ckpt|restore-<pid>@<host>@..., so that the first
+# scratch folder a process makes on a node can remove those a killed process left there.
+_made: set[Path] = set()  # this process's, not removed yet
+_OWNED = re.compile(r"hpo-(?:ckpt|restore)-(\d+)@(.+)@[^@]*")  # pid, host
+
+
+def scratch_folder(kind: str) -> Path:
+    """A new temporary folder (kind: hpo-ckpt or hpo-restore) for a checkpoint in transit."""
+    _sweep_dead_owners()
+    folder = Path(tempfile.mkdtemp(prefix=f"{kind}-{os.getpid()}@{socket.gethostname()}@"))
+    _made.add(folder)
+    return folder
+
+
+def restore_folder() -> Path:
+    """A scratch folder for a restored checkpoint, removed when the current trial ends."""
+    folder = scratch_folder("hpo-restore")
+    _trial().restored.append(folder)
+    return folder
+
+
+def remove_scratch(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    _made.discard(folder)
+
+
+@atexit.register
+def _remove_all_scratch() -> None:  # the process ends with a trial still in it
+    for folder in list(_made):
+        remove_scratch(folder)
+
+
+@functools.cache  # once per process
+def _sweep_dead_owners() -> None:
+    for folder in Path(tempfile.gettempdir()).glob("hpo-*@*@*"):
+        owner = _OWNED.fullmatch(folder.name)
+        if owner and owner[2] == socket.gethostname() and not _alive(int(owner[1])):
+            with contextlib.suppress(OSError):
+                if folder.stat().st_uid == os.getuid():
+                    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    return True

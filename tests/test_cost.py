@@ -169,6 +169,82 @@ def test_no_counter_without_a_gpu_library_or_driver() -> None:
     assert cost.gpu_energy_counter(["0"]) is None
 
 
+# AMD: a fake amdsmi with the real one's names; the node has 4 GPUs, the job sees some.
+
+FAKE_AMDSMI = '''
+"""amdsmi's names and units: 4 GPUs; GPU i has drawn (i + 1) J (its accumulator x 1 uJ)."""
+ENUMERATION = True  # amdsmi_get_gpu_enumeration_info exists (ROCm 6.4 and later)
+
+
+def amdsmi_init():
+    pass
+
+
+def amdsmi_get_processor_handles():
+    return [f"handle{i}" for i in range(4)]
+
+
+def amdsmi_get_gpu_enumeration_info(handle):
+    index = int(handle[-1])
+    return {"drm_card": index, "drm_render": 128 + index, "hsa_id": index + 1,
+            "hip_id": index, "hip_uuid": f"GPU-{index:016x}"}
+
+
+def amdsmi_get_energy_count(handle):
+    return {"energy_accumulator": (int(handle[-1]) + 1) * 1_000_000,
+            "counter_resolution": 1.0, "timestamp": 0}
+'''
+
+
+@pytest.fixture
+def fake_amdsmi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    folder = tmp_path / "fake_amdsmi"
+    folder.mkdir()
+    (folder / "amdsmi.py").write_text(textwrap.dedent(FAKE_AMDSMI))
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, "amdsmi", raising=False)
+    monkeypatch.setattr(cost, "_nvml_counter", lambda ids: None)  # an AMD node: no NVML
+    monkeypatch.delenv("ROCR_VISIBLE_DEVICES", raising=False)
+    cost._amdsmi.cache_clear()
+    yield cost._amdsmi()
+    cost._amdsmi.cache_clear()
+    sys.modules.pop("amdsmi", None)
+
+
+@pytest.mark.parametrize(("rocr", "ray_ids", "joules"), [
+    (None, ["2", "3"], 3 + 4),  # no ROCR list: HIP's ids are the node's
+    ("2,3", ["0", "1"], 3 + 4),  # a job on GPUs 2 and 3: Ray's (HIP's) 0 and 1 are those
+    ("2,3", ["1"], 4),
+    ("GPU-0000000000000003,GPU-0000000000000001", ["0", "1"], 4 + 2),  # ROCR by UUID
+])
+def test_amd_energy_is_read_from_the_trials_own_gpus(
+        fake_amdsmi: Any, monkeypatch: pytest.MonkeyPatch, rocr: str | None,
+        ray_ids: list[str], joules: float) -> None:
+    if rocr is not None:
+        monkeypatch.setenv("ROCR_VISIBLE_DEVICES", rocr)
+    counter = cost.gpu_energy_counter(ray_ids)
+    assert counter is not None and counter() == pytest.approx(joules)
+
+
+def test_amd_energy_without_enumeration_info_goes_by_position(
+        fake_amdsmi: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """amdsmi before ROCm 6.4: indices by the handles' order; a UUID cannot be matched."""
+    monkeypatch.delattr(fake_amdsmi, "amdsmi_get_gpu_enumeration_info")
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "2,3")
+    counter = cost.gpu_energy_counter(["1"])
+    assert counter is not None and counter() == pytest.approx(4)
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "GPU-0000000000000003")
+    assert cost.gpu_energy_counter(["0"]) is None  # not measured, rather than wrong
+
+
+def test_no_amd_counter_for_a_gpu_the_node_lacks(fake_amdsmi: Any,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "2,3")
+    assert cost.gpu_energy_counter(["2"]) is None  # HIP id 2 of a 2-GPU list
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "GPU-00000000000000ff")
+    assert cost.gpu_energy_counter(["0"]) is None
+
+
 # Real runs.
 
 def _spec(tmp_path: Path, name: str, **extra: Any) -> dict[str, Any]:

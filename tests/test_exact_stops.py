@@ -21,6 +21,7 @@ from stop_points import SPEC, StopAt
 
 import hpo
 from hpo.driver.history import cut_after
+from hpo.driver.stops import HeldStop, signals_restored, stopped_by
 from hpo.errors import RunError
 
 STEPS = SPEC["constants"]["steps"]
@@ -142,3 +143,33 @@ def test_cut_progress_csv_keeps_the_header(tmp_path: Path) -> None:
     assert cut_after(path, 1) == 2
     assert path.read_text() == "score,training_iteration\n0.1,1\n"
     assert cut_after(tmp_path / "missing.csv", 1) == 0
+
+
+class _Trial:
+    def __init__(self, saving: bool) -> None:
+        self.is_saving = saving
+
+
+def test_a_stop_waits_for_checkpoints_in_flight_then_reaches_tune() -> None:
+    """The hold as Tune's controller drives it: passed on once no trial is saving; a second
+    signal, or the grace's end, passes it at once; the process's handlers come back after."""
+    passed: list[int] = []
+    before = signal.getsignal(signal.SIGTERM)
+    with signals_restored():
+        signal.signal(signal.SIGUSR1, lambda signum, frame: passed.append(signum))
+        stop = HeldStop(grace_s=60)
+        stop.setup()
+        assert signal.getsignal(signal.SIGTERM) == stop._on_signal
+        signal.raise_signal(signal.SIGUSR1)
+        stop.on_step_end(1, [_Trial(True), _Trial(False)])
+        assert passed == []  # a checkpoint is in flight
+        stop.on_step_end(2, [_Trial(False)])
+        assert passed == [signal.SIGUSR1] and stopped_by() == "SIGUSR1 (walltime warning)"
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)  # Ctrl+C twice: no more waiting
+        assert passed == [signal.SIGUSR1, signal.SIGINT]
+        signal.raise_signal(signal.SIGTERM)
+        stop._held = (signal.SIGTERM, None, time.monotonic() - 1)  # its grace is over
+        stop.on_step_end(3, [_Trial(True)])
+        assert passed[-1] == signal.SIGTERM and stopped_by() == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) == before

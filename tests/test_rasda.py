@@ -254,3 +254,32 @@ def test_a_resumed_experiment_gives_grown_trials_their_ranks_back() -> None:
     for trial in (grown, fresh):
         scheduler.on_trial_add(controller, trial)
     assert (ranks_of(grown), ranks_of(fresh)) == (4, 1)
+
+
+@pytest.mark.parametrize("end", ["complete", "error", "remove"])
+def test_a_trial_that_ends_before_its_growth_frees_the_ranks_it_was_to_take(end: str) -> None:
+    """A growth recorded at a rung is applied once the trial is paused; a trial that errors,
+    is stopped or is removed first never gets there, and must not hold its ranks for good."""
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import TrialScheduler
+
+    scheduler, (ending, later) = _scheduler(), (_trial("ending"), _trial("later"))
+    controller = _Controller([ending, later], cpus=3)
+    for trial in (ending, later):
+        scheduler.on_trial_add(controller, trial)
+    assert scheduler.on_trial_result(controller, ending, _result(1, 0.5)) == \
+        TrialScheduler.PAUSE  # to resume on 2 ranks, once its checkpoint is saved
+    if end == "complete":  # Tune stopped it (or it returned) while it was saving
+        scheduler.on_trial_complete(controller, ending, _result(1, 0.5))
+        ending.set_status(Trial.TERMINATED)
+    elif end == "error":
+        scheduler.on_trial_error(controller, ending)
+        ending.set_status(Trial.ERROR)
+    else:  # paused, then removed (the run ended) before the scheduler resized it
+        ending.set_status(Trial.PAUSED)
+        scheduler.on_trial_remove(controller, ending)
+        ending.set_status(Trial.TERMINATED)
+    # 3 CPUs, none held by the ended trial: the later trial's growth to 2 ranks fits
+    assert scheduler.on_trial_result(controller, later, _result(1, 0.1)) == \
+        TrialScheduler.PAUSE
+    assert scheduler._resize == {"later": 2}

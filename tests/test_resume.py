@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, command_lines, hpo_cli
+from conftest import ROOT, command_lines, hpo_cli, trial_rows
 
 from hpo.driver.run_dir import OWNER_FILE
 from hpo.errors import ExperimentError
@@ -90,6 +90,10 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
     assert kept["iterations"].tolist() == finished["iterations"].tolist()
     assert kept["config/x"].tolist() == finished["config/x"].tolist()
     assert (after["iterations"] == 8).all()
+    # Each trial's history holds every step once, in order: the rows a killed driver wrote
+    # after a trial's last checkpoint were cut when it restarted from that checkpoint.
+    for name, reports in trial_rows(exp_dir).items():
+        assert [r["training_iteration"] for r in reports] == list(range(1, 9)), name
     # Interrupted trials went on from a checkpoint, not from step 1.
     resumed_at = [_last(after.loc[t, "path"], "resumed_at") for t in interrupted]
     assert resumed_at and all(step > 1 for step in resumed_at), resumed_at

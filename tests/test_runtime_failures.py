@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from conftest import hpo_cli
+
+from hpo.results import load_results
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +43,10 @@ def test_failing_trials_are_reported_with_their_cause(tmp_path: Path) -> None:
     code, stdout, stderr = _run(tmp_path, "crashes")
     assert code == 1
     line = _last_line(stderr)
-    assert line.startswith("error: 2 trial(s) failed after their retries.")
-    assert "RuntimeError: boom in the trainable" in line
+    named = re.match(r"error: 2 trial\(s\) failed after their retries \((\w+), (\w+)\)\. ", line)
+    trials = set(load_results(tmp_path / "results" / "crashes")["trial_id"])
+    assert named and set(named.groups()) == trials, line  # each failed trial, by its id
+    assert "First: RuntimeError: boom in the trainable Hint:" in line
     assert "ERROR" in stdout  # the results table still shows what ran
     # What a failed trial printed last is kept in its folder, though it was never flushed.
     kept = [path.read_text() for path in (tmp_path / "results" / "crashes").glob("*/stdout")]

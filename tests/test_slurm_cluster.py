@@ -20,7 +20,7 @@ import dp_trainables
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT
+from conftest import ROOT, trial_rows
 from slurm_testcluster import SlurmTestCluster, Unavailable
 
 from hpo.errors import ExperimentError
@@ -310,6 +310,7 @@ def test_usr1_stops_requeues_and_resumes(slurm: SlurmTestCluster,
     after = load_results(exp_dir).set_index("trial_id")
     assert len(after) == 6 and set(after["status"]) == {"TERMINATED"}, after
     assert (after["iterations"] == 8).all()
+    _assert_exact_histories(exp_dir, 8)
     kept = after.loc[finished.index]  # finished trials were not re-run
     assert kept["best_score"].tolist() == finished["best_score"].tolist()
     assert kept["time_total_s"].tolist() == finished["time_total_s"].tolist()
@@ -330,10 +331,17 @@ def test_lost_worker_node_trials_retried_elsewhere(slurm: SlurmTestCluster,
         frame = load_results(exp_dir).set_index("trial_id")
         assert len(frame) == 6 and set(frame["status"]) == {"TERMINATED"}, frame
         assert (frame["iterations"] == 10).all()
+        _assert_exact_histories(exp_dir, 10)  # a retried trial's re-run steps kept once
         assert not (frame.loc[on_node3, "hostname"] == "node3").any()  # finished elsewhere
     finally:
         slurm.start_node("node3")
         slurm.wait_idle(timeout=120)
+
+
+def _assert_exact_histories(exp_dir: Path, steps: int) -> None:
+    """Every trial's result.json holds steps 1..steps, each once, in order."""
+    for name, reports in trial_rows(exp_dir).items():
+        assert [r["training_iteration"] for r in reports] == list(range(1, steps + 1)), name
 
 
 def _wait_running_on(exp_dir: Path, node: str, job_id: str, timeout: float = 180) -> list[str]:

@@ -1,14 +1,24 @@
-"""One writer per experiment folder: an exclusive lease file with a heartbeat.
+"""One writer per experiment folder: a lease file with a heartbeat that fences its holder.
 
 `hpo run`, `hpo resume` and a Slurm job hold `<exp_dir>/hpo.lease` while they write the folder.
-It must work across the nodes of a parallel file system (GPFS, Lustre, NFS), where fcntl locks
-may be node-local (Lustre's `localflock`) or missing, so the lease is a file created
-exclusively: written whole under a unique name, then hard-linked to `hpo.lease` (link(2) fails
-with EEXIST like O_EXCL, and a reader never sees a half-written lease). The holder touches it
-every PERIOD_S seconds. A lease is taken over, with a warning, when its holder is provably
-gone: a dead pid on this host, an older restart of the same Slurm job (a requeue), or no
-heartbeat for 2 * period + CACHE_MARGIN_S (other nodes see a file's mtime through their
-attribute cache; the margin also absorbs clock skew between nodes).
+Only rename(2) and link(2) make it atomic, on GPFS, Lustre and NFS alike (fcntl locks may be
+node-local: Lustre's `localflock`), and no two nodes' clocks are ever compared:
+ 1. Create: the record (host, pid, Slurm job and restart, a token, a beat counter) is written
+    whole under a unique name and hard-linked to `hpo.lease`; link fails if it exists.
+ 2. Beat: each period the holder checks through one fd that its record (token and last beat)
+    is still there, rewrites it in place with beat + 1 and reads the lease back. Gone or
+    someone else's: the lease is lost, and the process ends at once with one line, exit 3,
+    without Tune's last save (the taker owns the state now). A SIGCONT checks at once too,
+    before the main thread's next Python call (a write it was stopped in still completes).
+ 3. Judge: a claimant takes the lease at once from a process gone on this host or an older
+    restart of its own Slurm job, and refuses at once while the process runs on this host.
+    Else it watches the record by its own monotonic clock: refused at the first change, taken
+    over when unchanged for 2 periods + CACHE_MARGIN_S (open() revalidates NFS's cache; the
+    margin covers the names it caches).
+ 4. Take over: rename the lease to a name of the claimant's own (of two claimants one moves
+    it), check that what moved is byte for byte the record watched (else the holder beat
+    meanwhile: link it back, never over another lease), then create as in 1. A holder that
+    beat in that moment reads back the new lease: one of the two backs off.
 """
 
 from __future__ import annotations
@@ -17,19 +27,23 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, NoReturn
 
 from hpo.errors import LeaseError
 
 LEASE_FILE = "hpo.lease"
 PERIOD_S = 10.0
-CACHE_MARGIN_S = 60.0  # NFS's default acregmax; Lustre and GPFS revalidate sooner
+PERIOD_ENV = "HPO_LEASE_PERIOD_S"  # a shorter heartbeat, for tests
+CACHE_MARGIN_S = 60.0  # NFS's default acdirmax; Lustre and GPFS revalidate sooner
+_SIZE = 1024  # every record is padded to this length, so a beat rewrites it whole in place
 
 log = logging.getLogger("hpo.lease")
 _held: dict[Path, int] = {}  # leases this process holds -> nesting depth (slurm.py + run())
@@ -51,21 +65,54 @@ class Holder:
         job = f", Slurm job {self.job_id} (restart {self.restart})" if self.job_id else ""
         return f"host {self.host}, pid {self.pid}{job}"
 
+    def stale_s(self) -> float:
+        """How long its record must stay unchanged before a claimant takes the lease."""
+        return 2 * self.period_s + CACHE_MARGIN_S
 
-def _start_time(pid: int) -> str:
+
+@dataclass(frozen=True)
+class _Seen:
+    raw: bytes  # compared whole: any change (even a torn read) counts as a sign of life
+    holder: Holder
+
+
+def _record(holder: Holder, beat: int) -> bytes:
+    return json.dumps({**asdict(holder), "beat": beat}).encode().ljust(_SIZE - 1) + b"\n"
+
+
+def _parse(raw: bytes) -> _Seen:
+    try:
+        data = json.loads(raw)
+        data.pop("beat")
+        return _Seen(raw, Holder(**data))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # not ours, or damaged
+        return _Seen(raw, Holder("?", -1, "", "", 0, PERIOD_S, f"unreadable: {exc}"))
+
+
+def _read(path: Path) -> _Seen | None:
+    """The lease as it is now (open() revalidates NFS's cache); None if there is none."""
+    try:
+        return _parse(path.read_bytes())
+    except FileNotFoundError:
+        return None
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after its name (the state first); [] if none."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return ""
-    return raw[raw.rindex(")") + 2:].split()[19]
+        return []
+    return raw[raw.rindex(")") + 2:].split()
 
 
 def me(env: Mapping[str, str] = os.environ, period_s: float | None = None) -> Holder:
     """This process as a holder; the Slurm job and its restart count come from `env`."""
     pid = os.getpid()
-    return Holder(socket.gethostname(), pid, _start_time(pid), env.get("SLURM_JOB_ID", ""),
-                  int(env.get("SLURM_RESTART_COUNT", "0") or 0), period_s or PERIOD_S,
-                  uuid.uuid4().hex)
+    fields = _stat(pid)
+    return Holder(socket.gethostname(), pid, fields[19] if fields else "",
+                  env.get("SLURM_JOB_ID", ""), int(env.get("SLURM_RESTART_COUNT", "0") or 0),
+                  period_s or float(env.get(PERIOD_ENV) or PERIOD_S), uuid.uuid4().hex)
 
 
 def _pid_alive(holder: Holder) -> bool:
@@ -75,39 +122,49 @@ def _pid_alive(holder: Holder) -> bool:
         return False
     except PermissionError:
         return True  # another user's live process
-    return not holder.started or _start_time(holder.pid) == holder.started
+    fields = _stat(holder.pid)
+    if fields[:1] in (["Z"], ["X"]):  # ended, not reaped (a container's pid 1 may never reap)
+        return False
+    return not holder.started or fields[19:20] == [holder.started]
 
 
-def takeover_reason(holder: Holder, claimant: Holder, age_s: float,
-                    margin_s: float = CACHE_MARGIN_S) -> str | None:
-    """Why `claimant` may take the lease from `holder` (last heartbeat `age_s` ago), or None
-    while the holder may still be writing."""
-    if holder.host == claimant.host and not _pid_alive(holder):
+def takeover_reason(holder: Holder, claimant: Holder) -> str | None:
+    """Why `claimant` may take the lease from `holder` at once, without watching it."""
+    if holder.pid > 0 and holder.host == claimant.host and not _pid_alive(holder):
         return f"its process {holder.pid} on {holder.host} is gone"
     if holder.job_id and holder.job_id == claimant.job_id and holder.restart < claimant.restart:
         return f"Slurm requeued job {holder.job_id} (restart {claimant.restart})"
-    limit = 2 * holder.period_s + margin_s
-    if age_s > limit:
-        return f"no heartbeat for {age_s:.0f} s (more than {limit:.0f} s)"
     return None
 
 
-def _read(path: Path) -> tuple[Holder, float] | None:
-    """The lease's holder and the seconds since its last heartbeat; None if it is gone."""
-    try:
-        text, age = path.read_text(), max(time.time() - path.stat().st_mtime, 0.0)
-    except FileNotFoundError:
-        return None
-    try:
-        return Holder(**json.loads(text)), age
-    except (ValueError, TypeError) as exc:  # not ours, or damaged: judged by its age alone
-        return Holder("?", -1, "", "", 0, PERIOD_S, f"unreadable: {exc}"), age
+def _running_here(holder: Holder, claimant: Holder) -> bool:
+    """Its process runs on this host, so it beats (a stopped one is watched like any other)."""
+    return (holder.pid > 0 and holder.host == claimant.host and _pid_alive(holder)
+            and _stat(holder.pid)[:1] not in (["T"], ["t"]))
+
+
+def _watch(path: Path, seen: _Seen) -> _Seen | None:
+    """Watch the lease by this process's monotonic clock: a record that proves its holder
+    alive (the new one, or `seen` if it was released), or None once it stayed unchanged for
+    the holder's stale time."""
+    limit, poll = seen.holder.stale_s(), min(1.0, seen.holder.period_s / 4)
+    start, said = time.monotonic(), False
+    while (waited := time.monotonic() - start) < limit:
+        time.sleep(min(poll, limit - waited))
+        now = _read(path)
+        if now is None or now.raw != seen.raw:
+            return now if now is not None and now.holder.pid > 0 else seen
+        if not said and waited > 2 * seen.holder.period_s:  # past a live holder's beat
+            said = True
+            log.warning("warning: %s: no heartbeat from %s yet; its lease is taken over if "
+                        "none comes for %g s", path.parent, seen.holder.describe(), limit)
+    return None
 
 
 def _create(path: Path, holder: Holder) -> bool:
-    """Create the lease exclusively with its whole content; False when it already exists."""
+    """Create the lease exclusively with its whole record; False when it already exists."""
     tmp = path.with_name(f".{LEASE_FILE}.{holder.token}")
-    tmp.write_text(json.dumps(asdict(holder)))
+    tmp.write_bytes(_record(holder, 0))
     try:
         os.link(tmp, path)
         return True
@@ -119,48 +176,30 @@ def _create(path: Path, holder: Holder) -> bool:
         tmp.unlink()
 
 
-def _take_over(path: Path, stale: Holder, claimant: Holder) -> bool:
-    """Move the stale lease aside and create ours. Two claimants may judge the same lease
-    stale: only one rename succeeds, and whoever moved a fresh lease aside puts it back."""
+def _take_over(path: Path, watched: bytes, claimant: Holder) -> bool:
+    """Move the watched lease aside and create ours; False if it changed meanwhile."""
     aside = path.with_name(f".{LEASE_FILE}.stale.{claimant.token}")
     try:
-        os.rename(path, aside)
+        os.rename(path, aside)  # of two claimants only one moves it: the source is gone
     except FileNotFoundError:
         return False
-    moved = _read(aside)
-    if moved is not None and moved[0].token != stale.token:  # a newer holder's: give it back
-        with contextlib.suppress(OSError):
-            os.link(aside, path)
+    try:
+        if aside.read_bytes() != watched:  # the holder beat: put it back, never over another
+            with contextlib.suppress(OSError):
+                os.link(aside, path)
+            return False
+    finally:
         aside.unlink()
-        return False
-    aside.unlink()
     return _create(path, claimant)
 
 
-def _refusal(exp_dir: Path, holder: Holder, age_s: float, action: str) -> LeaseError:
-    limit = 2 * holder.period_s + CACHE_MARGIN_S
+def _refusal(exp_dir: Path, holder: Holder, action: str, seen: str) -> LeaseError:
     again = f"`hpo resume {exp_dir}`" if action == "resume" else "it"
     return LeaseError(
-        f"{exp_dir}: in use by another hpo run ({holder.describe()}; heartbeat {age_s:.0f} s "
-        f"ago). Hint: wait for it to end, then {again} again; --name starts a separate "
-        f"experiment. If that run is gone, its lease is taken over after {limit:.0f} s "
-        f"without heartbeat (or delete {exp_dir / LEASE_FILE})")
-
-
-def _make_dirs(exp_dir: Path) -> list[Path]:
-    """mkdir -p, returning the folders made here (innermost first), to be removed again if
-    the run stops before writing anything (mkdir is atomic; the lease decides who writes)."""
-    made = [p for p in (exp_dir, *exp_dir.parents) if not p.exists()]
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    return made
-
-
-def _remove_empty(folders: list[Path]) -> None:
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:  # not empty (the run wrote something), or gone: leave it
-            return
+        f"{exp_dir}: in use by another hpo run ({holder.describe()}; {seen}). Hint: wait for "
+        f"it to end, then {again} again; --name starts a separate experiment. If that run is "
+        f"stuck, its lease is taken over after {holder.stale_s():g} s without heartbeat "
+        f"(or delete {exp_dir / LEASE_FILE})")
 
 
 def acquire(exp_dir: Path, claimant: Holder, action: str = "run", tries: int = 5) -> None:
@@ -169,16 +208,20 @@ def acquire(exp_dir: Path, claimant: Holder, action: str = "run", tries: int = 5
     for _ in range(tries):  # each round loses only to a lease that changed meanwhile
         if _create(path, claimant):
             return
-        found = _read(path)
-        if found is None:
+        seen = _read(path)
+        if seen is None:
             continue
-        holder, age = found
-        reason = takeover_reason(holder, claimant, age)
+        reason = takeover_reason(seen.holder, claimant)
+        if reason is None and _running_here(seen.holder, claimant):
+            raise _refusal(exp_dir, seen.holder, action, "its process is running")
         if reason is None:
-            raise _refusal(exp_dir, holder, age, action)
-        if _take_over(path, holder, claimant):
+            alive = _watch(path, seen)
+            if alive is not None:
+                raise _refusal(exp_dir, alive.holder, action, "heartbeat 0 s ago")
+            reason = f"its heartbeat did not advance for {seen.holder.stale_s():g} s"
+        if _take_over(path, seen.raw, claimant):
             log.warning("warning: %s: took over the lease of %s: %s", exp_dir,
-                        holder.describe(), reason)
+                        seen.holder.describe(), reason)
             return
     raise LeaseError(f"{exp_dir}: could not take the experiment's lease ({path} changed "
                      f"{tries} times). Hint: another run is starting here; try again")
@@ -188,29 +231,93 @@ def release(exp_dir: Path, claimant: Holder) -> None:
     """Remove the lease if it is still ours (a takeover may have replaced it)."""
     path = exp_dir / LEASE_FILE
     found = _read(path)
-    if found is not None and found[0].token == claimant.token:
+    if found is not None and found.holder.token == claimant.token:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
 
 
-def _heartbeat(path: Path, claimant: Holder, stop: threading.Event) -> None:
-    """Touch the lease every period; say once if another process took it over."""
-    warned = False
-    while not stop.wait(claimant.period_s):
-        found = _read(path)
-        if found is None or found[0].token != claimant.token:
-            if not warned:
-                log.error("%s: this run's lease was taken over by another process", path)
-                warned = True
-            continue
-        with contextlib.suppress(OSError):  # a full disk still allows utime; a lost mount not
-            os.utime(path)
+def _exit_lost(message: str) -> NoReturn:
+    """Stop this process at once: no Tune save, no log line, no clean-up writes into the
+    experiment (Ray's processes die with the driver; a later run sweeps its /tmp folder)."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"error: {message}\n".encode())
+    os._exit(LeaseError.exit_code)
+
+
+class _Heartbeat:
+    """The holder's side of the lease (step 2 of the module docstring)."""
+
+    def __init__(self, exp_dir: Path, claimant: Holder, on_lost: Callable[[str], None]) -> None:
+        self.exp_dir, self.path, self.claimant = exp_dir, exp_dir / LEASE_FILE, claimant
+        self.on_lost, self.beat, self.lost = on_lost, 0, False
+        self.stop = threading.Event()
+        self._lock = threading.RLock()  # this thread, and the SIGCONT handler in the main one
+        self._thread = threading.Thread(target=self._run, name="hpo-lease", daemon=True)
+        self._thread.start()
+        self._before: Any = None  # the SIGCONT handler before ours (Python runs handlers in
+        if threading.current_thread() is threading.main_thread():  # the main thread only)
+            self._before = signal.signal(signal.SIGCONT, self._continued)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.claimant.period_s) and not self.lost:
+            self.check()
+
+    def _continued(self, signum: int, frame: Any) -> None:
+        """Resumed (Slurm's resume of a suspended job, `fg`): check before the main thread
+        writes anything more."""
+        self.check()
+        if callable(self._before):
+            self._before(signum, frame)
+
+    def check(self) -> None:
+        """Beat, or call on_lost once when the lease is gone or someone else's."""
+        with self._lock:
+            if self.lost or self.stop.is_set():
+                return
+            with contextlib.suppress(OSError):  # EIO, a lost mount: try again next period
+                now = self._beat()
+                if now is None or now.raw != _record(self.claimant, self.beat):
+                    self.lost = True
+                    self.on_lost(self._message(now))
+
+    def _beat(self) -> _Seen | None:
+        """Rewrite our record with beat + 1 if it is still there; the lease as read back."""
+        with contextlib.suppress(FileNotFoundError):  # gone: maybe a takeover in flight
+            fd = os.open(self.path, os.O_RDWR)
+            try:  # checked and written through one fd: never into another holder's lease
+                if os.pread(fd, _SIZE, 0) == _record(self.claimant, self.beat):
+                    os.pwrite(fd, _record(self.claimant, self.beat + 1), 0)
+                    self.beat += 1
+            finally:
+                os.close(fd)  # NFS writes it back on close
+        for _ in range(10):  # a claimant's rename, check and link take moments
+            now = _read(self.path)
+            if now is not None:
+                return now
+            time.sleep(0.1)
+        return None
+
+    def _message(self, now: _Seen | None) -> str:
+        who = (f"taken over by another hpo run ({now.holder.describe()})" if now is not None
+               else f"removed ({self.path} is gone)")
+        return (f"{self.exp_dir}: this run's lease was {who} while this run was not "
+                f"heartbeating (stopped, suspended or cut off for over "
+                f"{self.claimant.stale_s():g} s); it stopped without writing more. Hint: the "
+                f"other run owns the experiment now; `hpo resume {self.exp_dir}` after it "
+                "ends, if it did not finish")
+
+    def close(self) -> None:
+        if self._before is not None:  # None: not ours, or one not set from Python
+            signal.signal(signal.SIGCONT, self._before)
+        self.stop.set()
+        self._thread.join()
 
 
 @contextlib.contextmanager
-def experiment_lease(exp_dir: Path, action: str = "run",
-                     env: Mapping[str, str] = os.environ) -> Iterator[None]:
-    """Hold `exp_dir`'s lease for the block; nested use in one process shares it."""
+def experiment_lease(exp_dir: Path, action: str = "run", env: Mapping[str, str] = os.environ,
+                     on_lost: Callable[[str], None] = _exit_lost) -> Iterator[None]:
+    """Hold `exp_dir`'s lease for the block; nested use in one process shares it. Once the
+    lease is lost, `on_lost` gets the one-line message (by default: it ends the process)."""
     exp_dir = Path(exp_dir)
     if exp_dir in _held:
         _held[exp_dir] += 1
@@ -227,15 +334,27 @@ def experiment_lease(exp_dir: Path, action: str = "run",
         _remove_empty(made)
         raise
     _held[exp_dir] = 1
-    stop = threading.Event()
-    beat = threading.Thread(target=_heartbeat, args=(exp_dir / LEASE_FILE, claimant, stop),
-                            name="hpo-lease", daemon=True)
-    beat.start()
+    beat = _Heartbeat(exp_dir, claimant, on_lost)
     try:
         yield
     finally:
-        stop.set()
-        beat.join()
+        beat.close()
         del _held[exp_dir]
         release(exp_dir, claimant)
         _remove_empty(made)
+
+
+def _make_dirs(exp_dir: Path) -> list[Path]:
+    """mkdir -p, returning the folders made here (innermost first), to be removed again if
+    the run stops before writing anything (mkdir is atomic; the lease decides who writes)."""
+    made = [p for p in (exp_dir, *exp_dir.parents) if not p.exists()]
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    return made
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (the run wrote something), or gone: leave it
+            return

@@ -84,6 +84,27 @@ class RasdaScheduler(AsyncHyperBandScheduler):
             return action
         return self._promote(tune_controller, trial, result)
 
+    # A trial that ends (completes, is stopped, errors or is removed while paused) gives up
+    # its pending growth: left in _resize, _affordable would count it as taken for good.
+    def on_trial_complete(self, tune_controller: TuneController, trial: Trial,
+                          result: dict[str, Any]) -> None:
+        self._forget(trial)
+        super().on_trial_complete(tune_controller, trial, result)
+
+    def on_trial_error(self, tune_controller: TuneController, trial: Trial) -> None:
+        # Also called before Tune retries a failed trial (max_failures): it restarts from a
+        # checkpoint on the ranks it holds, as an ungrown trial.
+        self._forget(trial)
+        super().on_trial_error(tune_controller, trial)
+
+    def on_trial_remove(self, tune_controller: TuneController, trial: Trial) -> None:
+        self._forget(trial)
+        super().on_trial_remove(tune_controller, trial)
+
+    def _forget(self, trial: Trial) -> None:
+        self._resize.pop(trial.trial_id, None)
+        self._held.discard(trial.trial_id)
+
     def _rungs_passed(self, trial: Trial) -> int:
         bracket = self._trial_info.get(trial.trial_id)
         if bracket is None:

@@ -25,24 +25,25 @@ from hpo.cluster.slurm_env import rocm_visible
 from hpo.driver import storage_faults
 from hpo.driver.run_dir import private_run_dir
 
-# Ray's loggers and the rasda scheduler's (each growth and walltime hold) go to hpo.log.
-_RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.data", "hpo.rasda")
+# Ray's loggers and hpo's driver-side ones (rasda's growths and walltime holds, stops, cut
+# histories) go to hpo.log.
+_RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.data", "hpo.rasda", "hpo.stops",
+                "hpo.history")
 
 
 class _RunLog(logging.FileHandler):
     """hpo.log, which lies on the experiment's file system: when that is full, a failed write
     is noted as the run's storage fault instead of Python's "--- Logging error ---" traceback
     on stderr (one per Ray log line: hundreds), and the log goes quiet. The records are also
-    watched for Ray's own reports of storage faults (a trial's checkpoint upload)."""
+    watched for Ray's own reports of storage faults (the experiment snapshot's sync, a trial's
+    checkpoint upload; a trial's own OSError is left to Tune's retries)."""
 
     _broken = False
 
     def emit(self, record: logging.LogRecord) -> None:
         watch = storage_faults.current()
         if watch and record.levelno >= logging.WARNING:
-            found = storage_faults.classify(record.exc_info[1] if record.exc_info else None)
-            if not watch.note(found):
-                watch.note_text(record.getMessage())
+            watch.note(watch.reported(record))
         if not self._broken:
             super().emit(record)
 

@@ -16,7 +16,7 @@ from hpo.cluster.auth import RayCluster
 from hpo.driver import translate
 from hpo.driver.lease import experiment_lease
 from hpo.driver.ray_session import connected_ray, embedded_ray
-from hpo.driver.storage_faults import storage_guard
+from hpo.driver.storage_faults import check_resumable, storage_guard
 from hpo.driver.trainable import check_findable, python_name
 from hpo.driver.walltime import WalltimeGuard, active
 from hpo.driver.wrapper import objects_in_store
@@ -47,13 +47,16 @@ class RunResult:
         return int((self.dataframe["status"] == "ERROR").sum())
 
     def errors_summary(self) -> str:
-        """One line: how many trials failed and the last line of the first one's error."""
+        """One line: how many trials failed, which, and the last line of the first one's
+        error (a trial's own OSError says its path there)."""
         failed = self.dataframe[self.dataframe["status"] == "ERROR"]
         first = Path(failed.iloc[0]["path"]) / "error.txt" if len(failed) else None
         lines = first.read_text().strip().splitlines() if first and first.exists() else []
         cause = f" First: {lines[-1][:200]}" if lines else ""
-        return (f"{self.errors} trial(s) failed after their retries.{cause} Hint: see "
-                f"error.txt in the trial folders; `hpo resume {self.path}` retries them")
+        names = ", ".join(failed["trial_id"].astype(str).head(5))
+        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+        return (f"{self.errors} trial(s) failed after their retries ({names}{more}).{cause} "
+                f"Hint: see error.txt in the trial folders; `hpo resume {self.path}` retries them")
 
 
 def _as_spec(spec: Spec | dict[str, Any] | str | Path, source: str,
@@ -224,6 +227,7 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
     with (storage_guard(exp_dir), experiment_lease(exp_dir, "resume"),
           _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster, parameters,
                              keep_ray) as tune_trainable, active(guard)):
+        check_resumable(exp_dir)  # under the lease; Tune would start a damaged one afresh
         from ray import tune  # loaded by the import thread meanwhile
 
         tuner = tune.Tuner.restore(str(exp_dir), trainable=tune_trainable,

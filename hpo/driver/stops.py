@@ -26,8 +26,11 @@ from typing import Any
 
 from ray.tune import Callback
 
+from hpo.driver import storage_faults
+
 _log = logging.getLogger("hpo.stops")
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+_TERM_GRACE_S = 5.0
 _NAMES = {signal.SIGINT: "SIGINT (Ctrl+C)", signal.SIGTERM: "SIGTERM",
           signal.SIGUSR1: "SIGUSR1 (walltime warning)"}
 
@@ -70,10 +73,18 @@ class HeldStop(Callback):
             signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        watch = storage_faults.current()
+        if watch is not None and watch.fault is not None:
+            # hpo's own stop for a full disk: the freed reserve is for Tune's last save, not
+            # for more checkpoint uploads meanwhile.
+            self._pass_on(signum, frame, "a storage fault")
+            return
         if self._held is not None or self._tune is None:  # a second signal: no more waiting
             self._pass_on(signum, frame)
             return
-        self._held = (signum, frame, time.monotonic() + self.grace_s)
+        # SIGKILL follows SIGTERM after Slurm's KillWait (30 s by default): wait less then.
+        grace = min(self.grace_s, _TERM_GRACE_S) if signum == signal.SIGTERM else self.grace_s
+        self._held = (signum, frame, time.monotonic() + grace)
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         if self._held is None:
@@ -87,9 +98,9 @@ class HeldStop(Callback):
                          len(saving), self.grace_s)
         self._pass_on(signum, frame)
 
-    def _pass_on(self, signum: int, frame: Any) -> None:
+    def _pass_on(self, signum: int, frame: Any, cause: str | None = None) -> None:
         global _stopped_by
-        _stopped_by = _NAMES.get(signum, str(signum))
+        _stopped_by = cause or _NAMES.get(signum, str(signum))
         self._held = None
         _log.warning("%s: stopping the run; Tune saves its state", _stopped_by)
         if self._tune is not None:

@@ -1,40 +1,64 @@
-"""A full, over-quota or read-only experiment file system: one line and a resumable folder.
+"""A full, over-quota, read-only or failing experiment file system: one line and a resumable
+folder.
 
-Anywhere in a run a write can fail (a trial's checkpoint on its node, Tune's experiment
-snapshot, a logger's result row, hpo.log itself). The first such failure that reaches the
-driver (an exception, or a Ray log record that carries one) is noted here; the watch then
- 1. frees a reserve file kept in the experiment folder, so that Tune's last experiment
-    snapshot (rewritten in place: on a full disk it was left cut short) is written whole,
+A storage fault is a failed write of the experiment itself: the driver's own (Tune's experiment
+snapshot and its sync into the folder, the loggers' result rows, hpo.log, the tracking store)
+or Tune's own writes into the folder from a trial's process (a checkpoint upload, an artifact
+sync). A trial's OSError anywhere else (its data, its node-local scratch) is that trial's
+error: Tune retries it per `failure.max_failures` and the run reports it (exit 1).
+
+The first fault that reaches the driver (an exception, or a Ray log record that carries one)
+is noted here; the watch then
+ 1. frees a reserve file kept in the experiment folder, so that Tune's last sync (which
+    rewrites the experiment snapshot and every trial's result files in place: on a full disk
+    they were left cut short) is written whole,
  2. stops Tune the way Ctrl+C does (SIGUSR1 to this process: Tune saves its state and returns,
     running trials stay resumable from their last checkpoints instead of failing one by one),
-and the run ends with a StorageError naming the path. The reserve grows with the snapshot.
+and the run ends with a StorageError naming the path. The reserve grows with what that sync
+rewrites. `check_resumable` refuses a folder whose state was left damaged.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
+import logging
 import os
+import pickletools
 import re
 import signal
+import sqlite3
 import threading
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpo.errors import StorageError
+from hpo.errors import ExperimentError, StorageError
 
 RESERVE_FILE = "hpo.reserve"
 _MIN_RESERVE = 256 << 10
 _WHAT = {errno.ENOSPC: "no space left on the file system",
          errno.EDQUOT: "the disk quota is exceeded",
          errno.EROFS: "the file system is read-only",
-         errno.EACCES: "permission denied", errno.EPERM: "operation not permitted"}
+         errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+         errno.EIO: "input/output error", errno.ESTALE: "stale file handle"}
+_FIX = "free space or raise the quota (or make the folder writable)"
+_CHECK = ("check the file system or its server (a stale handle: the folder was removed or "
+          "replaced on the server)")
 # Remote errors (a trial's checkpoint upload) reach the driver as text in a log record. Only
 # a full disk or quota: "read-only" in some log line need not be about the experiment folder.
 _TEXT = re.compile(r"\[Errno (28|122)\]|No space left on device|Disk quota exceeded")
 _BY_TEXT = {"28": errno.ENOSPC, "122": errno.EDQUOT, "No space": errno.ENOSPC,
             "Disk quota": errno.EDQUOT}
+_SQLITE_FULL = "database or disk is full"  # sqlite3's SQLITE_FULL (an MLflow store)
+# A trial's error as the driver gets it: Ray's remote task name in the text, or Tune's line.
+_REMOTE, _TRIAL_FAILED = "ray::", "Trial task failed"
+# Tune's own writes into the folder from a trial's process, by their frames in the trial's
+# traceback (Ray 2.60): pyarrow's errors there carry no path to tell them by.
+_UPLOAD = re.compile(r'ray/train/_internal/(?:storage|syncer)\.py", line \d+, in '
+                     r"(?:persist_|sync_up|wait)")
 
 
 @dataclass(frozen=True)
@@ -51,19 +75,35 @@ def _from_text(text: str) -> int | None:
     return _BY_TEXT[key]
 
 
+def _errno_of(exc: BaseException) -> int | None:
+    code = getattr(exc, "errno", None)
+    if isinstance(exc, OSError) and code in _WHAT:
+        return code
+    if isinstance(exc, sqlite3.OperationalError) and _SQLITE_FULL in str(exc):
+        return errno.ENOSPC
+    return _from_text(str(exc)) if isinstance(exc, (OSError, EOFError)) else None
+
+
 def classify(exc: BaseException | None) -> Fault | None:
-    """The storage fault in `exc`, its causes or (for Ray's remote errors) its text."""
+    """The storage fault in `exc` or its causes (a Ray task error: its remote cause)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        code = getattr(exc, "errno", None)
-        if isinstance(exc, OSError) and code in _WHAT:
-            return Fault(code, str(exc.filename or ""))
-        found = _from_text(str(exc)) if isinstance(exc, (OSError, EOFError)) else None
-        if found:
-            return Fault(found, str(getattr(exc, "filename", None) or ""))
-        exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
+        remote = getattr(exc, "cause", None)
+        if isinstance(remote, BaseException):  # its own errno and filename are empty
+            exc = remote
+            continue
+        code = _errno_of(exc)
+        if code:  # a copy's or rename's destination is what was being written
+            path = getattr(exc, "filename2", None) or getattr(exc, "filename", None)
+            return Fault(code, str(path or ""))
+        exc = exc.__cause__ or exc.__context__
     return None
+
+
+def _text_fault(text: str) -> Fault | None:
+    code = _from_text(text) if "rrno" in text or "left on" in text or "quota" in text else None
+    return Fault(code, "") if code else None
 
 
 class StorageWatch:
@@ -72,6 +112,7 @@ class StorageWatch:
     def __init__(self, exp_dir: Path) -> None:
         self.exp_dir = exp_dir
         self.fault: Fault | None = None
+        self._stopped = False
         self._lock = threading.Lock()
 
     def note(self, fault: Fault | None, stop: bool = True) -> bool:
@@ -82,27 +123,47 @@ class StorageWatch:
             first, self.fault = self.fault is None, self.fault or fault
         if first:
             self.release_reserve()
-            if stop:
-                _stop_tune()
+        if stop:
+            self.stop_pending()
         return True
 
-    def note_text(self, text: str) -> bool:
-        code = _from_text(text) if "rrno" in text or "left on" in text else None
-        return self.note(Fault(code, "") if code else None)
+    def stop_pending(self) -> None:
+        """Stop Tune once for the fault noted. A fault noted before Tune took its signals (Ray
+        starting) is acted on at the next fault or Tune step, not dropped."""
+        with self._lock:
+            if self.fault is None or self._stopped or not _tune_listens():
+                return
+            self._stopped = True
+        os.kill(os.getpid(), signal.SIGUSR1)
 
-    def grow_reserve(self) -> None:
-        """Keep room for twice Tune's snapshot files (plus 256 KiB) in the reserve file."""
+    def reported(self, record: logging.LogRecord) -> Fault | None:
+        """The experiment's storage fault that a Ray log record reports, if any. A trial's
+        error is the trial's own unless Tune's writes into this folder raised it."""
+        exc = record.exc_info[1] if record.exc_info else None
+        said = record.getMessage() if exc is None else f"{record.getMessage()}\n{exc}"
+        fault = classify(exc) or _text_fault(said)
+        if fault is None or not _from_a_trial(said, exc):
+            return fault
+        ours = bool(fault.path) and self.holds(fault.path)
+        return fault if ours or _UPLOAD.search(said) else None
+
+    def holds(self, path: str) -> bool:
+        return Path(os.path.abspath(path)).is_relative_to(self.exp_dir)
+
+    def grow_reserve(self, rewritten: str | None = None) -> None:
+        """Keep room in the reserve file for twice what Tune's last sync rewrites (plus 256
+        KiB): it copies the driver's staging folder `rewritten` (the experiment snapshot and
+        every trial's result files) over the folder's files. Without it: the top-level
+        snapshot files."""
         if self.fault is not None:
             return
-        snapshot = sum(e.stat().st_size for e in os.scandir(self.exp_dir)
-                       if e.name.endswith(".json") and e.is_file())
-        # Best effort: a disk too small for the reserve is not yet a fault; the run goes on.
-        with contextlib.suppress(OSError):
-            fd = os.open(self.exp_dir / RESERVE_FILE, os.O_WRONLY | os.O_CREAT, 0o600)
-            try:
-                os.posix_fallocate(fd, 0, _MIN_RESERVE + 2 * snapshot)
-            finally:
-                os.close(fd)
+        try:
+            size = _size(Path(rewritten), deep=True) if rewritten else _size(self.exp_dir)
+            _allocate(self.exp_dir / RESERVE_FILE, _MIN_RESERVE + 2 * size)
+        except OSError as exc:
+            # A disk too small for the reserve is not yet a fault; EIO, ESTALE, EROFS are.
+            if exc.errno in _WHAT and exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                self.note(Fault(exc.errno, str(exc.filename or self.exp_dir)))
 
     def release_reserve(self) -> None:
         with contextlib.suppress(OSError):
@@ -111,11 +172,46 @@ class StorageWatch:
     def error(self) -> StorageError:
         fault = self.fault or Fault(errno.ENOSPC, "")
         where = f"{fault.path}: " if fault.path else ""
+        under = f" under {self.exp_dir}" if not fault.path or self.holds(fault.path) else ""
         return StorageError(
             f"{where}{_WHAT.get(fault.errno, os.strerror(fault.errno))} "
-            f"({errno.errorcode.get(fault.errno, fault.errno)}) under {self.exp_dir}; the "
-            f"trials stopped at their last checkpoints. Hint: free space or raise the quota "
-            f"(or make the folder writable), then `hpo resume {self.exp_dir}` continues")
+            f"({errno.errorcode.get(fault.errno, fault.errno)}){under}; the trials stopped at "
+            f"their last checkpoints. Hint: {_hint(fault.errno)}, then "
+            f"`hpo resume {self.exp_dir}` continues")
+
+
+def _from_a_trial(said: str, exc: BaseException | None) -> bool:
+    return (_REMOTE in said or said.startswith(_TRIAL_FAILED)
+            or isinstance(getattr(exc, "cause", None), BaseException))  # a RayTaskError
+
+
+def _hint(code: int) -> str:
+    return _CHECK if code in (errno.EIO, errno.ESTALE) else _FIX
+
+
+def _size(folder: Path, deep: bool = False) -> int:
+    """Bytes in `folder`'s files (deep: its whole tree; else its top-level .json files). A
+    file or folder removed meanwhile counts 0 (Tune replaces its files while it runs)."""
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return 0
+    total = 0
+    for entry in entries:
+        with contextlib.suppress(FileNotFoundError):
+            if entry.is_dir(follow_symlinks=False):
+                total += _size(Path(entry.path), deep) if deep else 0
+            elif deep or entry.name.endswith(".json"):
+                total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+def _allocate(path: Path, size: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    finally:
+        os.close(fd)
 
 
 _current: StorageWatch | None = None
@@ -127,8 +223,8 @@ def storage_error(exc: OSError) -> StorageError | None:
     if fault is None:
         return None
     return StorageError(f"{fault.path or 'a file'}: {_WHAT[fault.errno]} "
-                        f"({errno.errorcode[fault.errno]}). Hint: free space or raise the "
-                        "quota (or make the folder writable), then run it again")
+                        f"({errno.errorcode[fault.errno]}). Hint: {_hint(fault.errno)}, then "
+                        "run it again")
 
 
 def current() -> StorageWatch | None:
@@ -136,11 +232,19 @@ def current() -> StorageWatch | None:
     return _current
 
 
-def _stop_tune() -> None:
-    """Tune's own stop (as Ctrl+C or Slurm's USR1): only once its handler is installed, else
-    USR1 would end the process."""
-    if callable(signal.getsignal(signal.SIGUSR1)):
-        os.kill(os.getpid(), signal.SIGUSR1)
+def absorbed(exc: BaseException, path: str = "") -> bool:
+    """For a driver-side write (a tracking store): note a storage fault in `exc` as the run's
+    (stopping it cleanly) instead of letting it out of Tune's loop; `path` where it has none."""
+    fault, watch = classify(exc), current()
+    if fault is None or watch is None:
+        return False
+    return watch.note(Fault(fault.errno, fault.path or path))
+
+
+def _tune_listens() -> bool:
+    """Tune's own stop (as Ctrl+C or Slurm's USR1) is there: before, USR1 would end the
+    process."""
+    return callable(signal.getsignal(signal.SIGUSR1))
 
 
 @contextlib.contextmanager
@@ -159,3 +263,38 @@ def storage_guard(exp_dir: Path) -> Iterator[StorageWatch]:
         watch.release_reserve()
     if watch.fault:
         raise watch.error()
+
+
+# What `hpo resume` has Tune read, the newest of each by name as Tune takes it: JSON, or
+# (cloud)pickle whatever the name says. Tune restarts the experiment afresh, silently, when
+# one cannot be read.
+_STATE_FILES = (("experiment_state-*.json", "json"), ("tuner.pkl", "pickle"),
+                ("basic-variant-state-*.json", "pickle"), ("search_gen_state-*.json", "pickle"),
+                ("searcher-state-*.pkl", "pickle"), ("callback-states-*.pkl", "pickle"))
+
+
+def check_resumable(exp_dir: Path) -> None:
+    """One line (exit 2) for a state file that `hpo resume` would read cut short or damaged
+    (a full disk or a crash mid-write), naming it."""
+    for pattern, kind in _STATE_FILES:
+        found = sorted(exp_dir.glob(pattern))
+        if not found or _whole(found[-1], kind):
+            continue
+        whole = [older for older in found[:-1] if _whole(older, kind)]
+        older = f", or move it away to continue from the older {whole[-1].name} (later steps " \
+            "run again)" if whole else ""
+        raise ExperimentError(f"{found[-1]}: cut short or damaged (a full disk or a crash "
+                              f"while it was written); `hpo resume` cannot continue from it. "
+                              f"Hint: restore it from a backup{older}")
+
+
+def _whole(path: Path, kind: str) -> bool:
+    data = path.read_bytes()
+    try:
+        if kind == "json":
+            json.loads(data)
+        else:  # walks the opcodes without running them (no imports, no objects built)
+            deque(pickletools.genops(data), maxlen=0)
+    except ValueError:  # JSON's, UTF-8's and pickletools' errors are all ValueErrors
+        return False
+    return True

@@ -8,13 +8,16 @@ trials), so trials need no tracking code of their own.
 from __future__ import annotations
 
 import json
+import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ray.air.integrations.mlflow import MLflowLoggerCallback
 from ray.air.integrations.wandb import WandbLoggerCallback
 
+from hpo.driver import storage_faults
 from hpo.spec.model import Spec
 
 #: trial_id -> MLflow run id, in the experiment folder.
@@ -23,9 +26,40 @@ MLFLOW_RUNS_FILE = "mlflow-runs.json"
 
 class ResumableMlflow(MLflowLoggerCallback):
     """Ray's callback keeps trial -> run in memory: a resumed trial would get a second run.
-    This one writes the ids next to Tune's state and reopens a trial's run on resume."""
+    This one writes the ids next to Tune's state and reopens a trial's run on resume. A full
+    or failing store (or experiment folder) is the run's storage fault: the run stops cleanly
+    and resumable (hpo.driver.storage_faults) instead of Tune's loop crashing; nothing more is
+    written to the store until then."""
+
+    _broken = False
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        self._trial_runs = {}  # as Ray's setup leaves it, should it fail
+        for handler in logging.getLogger("mlflow").handlers:  # MLflow's own, to the terminal
+            if not any(isinstance(f, _QuietStorageFaults) for f in handler.filters):
+                handler.addFilter(_QuietStorageFaults())
+        self._guarded(super().setup, *args, **kwargs)
 
     def log_trial_start(self, trial: Any) -> None:
+        self._guarded(self._start, trial)
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+        self._guarded(super().log_trial_result, iteration, trial, result)
+
+    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        self._guarded(super().log_trial_end, trial, failed)
+
+    def _guarded(self, write: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        if self._broken:
+            return
+        try:
+            write(*args, **kwargs)
+        except Exception as exc:
+            if not storage_faults.absorbed(exc, _store_path(self.tracking_uri)):
+                raise
+            self._broken = True
+
+    def _start(self, trial: Any) -> None:
         if trial not in self._trial_runs:
             known = _read_runs(trial).get(trial.trial_id)
             if known and self.mlflow_util._run_exists(known):
@@ -33,6 +67,21 @@ class ResumableMlflow(MLflowLoggerCallback):
                 self.mlflow_util._get_client().update_run(known, status="RUNNING")
         super().log_trial_start(trial)
         _write_run(trial, self._trial_runs[trial])
+
+
+class _QuietStorageFaults(logging.Filter):
+    """MLflow logs a failed write with its traceback before raising it: during a run, a
+    storage fault is left out there; the run ends with the one line that names it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        fault = record.exc_info and storage_faults.classify(record.exc_info[1])
+        return not (fault and storage_faults.current())
+
+
+def _store_path(uri: str | None) -> str:
+    """The store's file for the one line (sqlite:////abs.db, file:///abs/mlruns, a path),
+    else its URI."""
+    return (uri or "").split(":///", 1)[-1]
 
 
 def _runs_file(trial: Any) -> Path:

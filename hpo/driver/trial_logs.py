@@ -104,7 +104,8 @@ class TensorBoardLogger(_NotesStorageFaults, TBXLoggerCallback):
 
 
 class StorageReserve(Callback):
-    """Grows the storage watch's reserve file with Tune's snapshot, every few seconds."""
+    """Grows the storage watch's reserve file with what Tune's last sync rewrites (its
+    driver staging folder), every few seconds; stops Tune for a fault noted before it could."""
 
     def __init__(self, every_s: float = 10.0) -> None:
         self.every_s, self._due = every_s, 0.0
@@ -114,9 +115,12 @@ class StorageReserve(Callback):
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         watch = storage_faults.current()
-        if watch and time.monotonic() >= self._due:
+        if watch is None:
+            return
+        watch.stop_pending()
+        if time.monotonic() >= self._due:
             self._due = time.monotonic() + self.every_s
-            watch.grow_reserve()
+            watch.grow_reserve(trials[0].local_experiment_path if trials else None)
 
 
 def trial_loggers() -> list[Any]:

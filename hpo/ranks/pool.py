@@ -14,6 +14,7 @@ failed or hung is shut down. `HPO_RANK_REUSE=0` in the trial's environment turns
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ from hpo.spec.model import Distributed
 # new ones. Every rank learns the stop at its report (hpo.session), so they leave together
 # within milliseconds; the wait costs time only when a rank hangs.
 WIND_DOWN_S = 5.0
+log = logging.getLogger("hpo.ranks")
 
 Shape = tuple[Any, ...]
 
@@ -75,8 +77,13 @@ def release(ranks: Ranks, ends: list[RankEnd]) -> None:
     """After a trial whose ranks all returned: park them for the next trial if clean."""
     if all(end.clean for end in ends):
         _park(ranks)
-    else:
-        close(ranks)
+        return
+    for end in ends:
+        if end.cuda_bytes > end.idle_cuda_bytes:  # says why the next trial starts new ranks
+            log.warning("hpo: rank process %d not reused: its trial left %d bytes of GPU "
+                        "memory allocated (%d before its first trial)", end.pid,
+                        end.cuda_bytes, end.idle_cuda_bytes)
+    close(ranks)
 
 
 def release_stopped(ranks: Ranks, running: list[ray.ObjectRef]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +29,14 @@ class RankEnd:
     pid: int
     stopped: bool  # Tune stopped the trial before the trainable returned
     backend_down: bool  # the backend was shut down (ready to init again)
-    leftover_cuda_bytes: int
+    cuda_bytes: int  # GPU memory held after the trial (hpo.ranks.fresh.held_cuda_bytes)
+    # ... before the process's first trial, plus what the trial's DDP models may leave by
+    # design (hpo.dist.ddp_bucket_bytes)
+    idle_cuda_bytes: int
 
     @property
     def clean(self) -> bool:
-        return self.backend_down and self.leftover_cuda_bytes == 0
+        return fresh.reusable(self.backend_down, self.cuda_bytes, self.idle_cuda_bytes)
 
 
 @dataclass
@@ -59,7 +61,7 @@ class ChannelLink:
     def restored(self) -> Path | None:
         if self.checkpoint is None:
             return None
-        return unpack_folder(self.checkpoint, Path(tempfile.mkdtemp(prefix="hpo-restore-")))
+        return unpack_folder(self.checkpoint, session.restore_folder())  # removed at the end
 
 
 def run_rank(func: Any, config: dict[str, Any], backend: dist.Backend, channel: Any,
@@ -76,7 +78,8 @@ def run_rank(func: Any, config: dict[str, Any], backend: dist.Backend, channel: 
     with output_to(Path(trial_folder, f"rank-{rank}.log") if trial_folder else None), \
             fresh.trial_state():
         stopped = _run_trainable(func, config, backend, channel, checkpoint, checkpoint_every)
-    return RankEnd(os.getpid(), stopped, dist.backend() == "none", fresh.leftover_cuda_bytes())
+    return RankEnd(os.getpid(), stopped, dist.backend() == "none", fresh.held_cuda_bytes(),
+                   fresh.idle_cuda_bytes() + dist.ddp_bucket_bytes())
 
 
 def _run_trainable(func: Any, config: dict[str, Any], backend: dist.Backend, channel: Any,
@@ -84,6 +87,7 @@ def _run_trainable(func: Any, config: dict[str, Any], backend: dist.Backend, cha
     """Run the trainable once on this rank; True when Tune stopped the trial first."""
     dist.init(backend)
     try:
+        fresh.settle()  # the idle baseline, at this process's first trial
         if isinstance(checkpoint, ray.ObjectRef):  # nested in the arguments: not resolved
             checkpoint = ray.get(checkpoint)
         link = ChannelLink(dist.is_main(), channel, checkpoint)

@@ -4,7 +4,6 @@ process left them, see hpo.ranks.pool), relay rank 0's reports."""
 from __future__ import annotations
 
 import functools
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from hpo import cost
 from hpo.ranks import pool
 from hpo.ranks.channel import Files, pack_folder, unpack_folder
 from hpo.ranks.rank import RankEnd, run_rank
-from hpo.session import Trainable, trial_folder
+from hpo.session import Trainable, remove_scratch, scratch_folder, trial_folder
 from hpo.spec.model import Distributed
 
 
@@ -130,10 +129,13 @@ def _report(metrics: dict[str, Any], files: Files | None) -> None:
     if files is None:
         tune.report(metrics)
         return
-    with tempfile.TemporaryDirectory(prefix="hpo-ckpt-") as tmp:
-        checkpoint = tune.Checkpoint.from_directory(unpack_folder(files, Path(tmp)))
+    folder = scratch_folder("hpo-ckpt")  # swept if this process is killed meanwhile
+    try:
+        checkpoint = tune.Checkpoint.from_directory(unpack_folder(files, folder))
         cost.record(checkpoint, totals)
-        tune.report(metrics, checkpoint=checkpoint)
+        tune.report(metrics, checkpoint=checkpoint)  # copied to storage before it returns
+    finally:
+        remove_scratch(folder)
 
 
 def _cause(exc: Exception) -> str:

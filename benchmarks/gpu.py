@@ -150,8 +150,10 @@ def _horovod_nccl() -> bool:
     return bool(hvd.nccl_built())
 
 
-def _script_step(name: str, command: list[str], timeout_s: float) -> Step:
-    """A benchmark script as one step: its last output line is the finding."""
+def _script_step(name: str, command: list[str], timeout_s: float,
+                 finding: str = "") -> Step:
+    """A benchmark script as one step: the output line that starts with `finding` (else its
+    last line) is the finding."""
     started = time.monotonic()
     try:
         done = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True,
@@ -160,7 +162,9 @@ def _script_step(name: str, command: list[str], timeout_s: float) -> Step:
         return Step(name, f"timed out after {timeout_s:.0f} s", timeout_s, False)
     lines = (done.stdout + done.stderr).strip().splitlines() or ["(no output)"]
     log("\n".join(f"    {line}" for line in lines[-12:]))
-    return Step(name, lines[-1][:300], time.monotonic() - started, done.returncode == 0)
+    chosen = [line for line in lines if finding and line.startswith(finding)] or lines
+    return Step(name, " ".join(chosen[-1].split())[:300], time.monotonic() - started,
+                done.returncode == 0)
 
 
 def _device(args: argparse.Namespace) -> list[str]:
@@ -183,8 +187,10 @@ def step_ten_second_trial(args: argparse.Namespace, tmp: Path, epoch: float) -> 
 
 
 def step_warm_ranks(args: argparse.Namespace) -> Step:
-    return _script_step("warm rank: one more DDP trial", [
-        "benchmarks/rank_reuse.py", *_device(args), "--trials", "4", "--repeats", "1"], 240)
+    # the DDP row: s per more trial with new ranks, with warm ranks, and the ratio
+    return _script_step("warm rank: one more DDP trial (new, warm s)", [
+        "benchmarks/rank_reuse.py", *_device(args), "--trials", "4", "--repeats", "1"], 240,
+        finding="ddp ")
 
 
 def step_adaptive(args: argparse.Namespace) -> Step:

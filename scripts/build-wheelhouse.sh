@@ -5,6 +5,10 @@
 # node with Python 3.12 and CUDA 13:
 #   scripts/build-wheelhouse.sh wheels --python-version 3.12 --platform manylinux_2_28_x86_64 \
 #     --extra-index-url https://download.pytorch.org/whl/cu130 --trim-ray
-# Options: scripts/wheelhouse.py --help.
+# The same as `hpo install wheelhouse DIR ...`; options: --help.
 set -euo pipefail
-exec "${PYTHON:-python3}" "$(dirname "$0")/wheelhouse.py" "$@"
+python=${PYTHON:-python3}
+if ! "$python" -c "import hpo.install" 2>/dev/null; then
+  export PYTHONPATH="$(cd "$(dirname "$0")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+fi
+exec "$python" -m hpo.install wheelhouse "$@"

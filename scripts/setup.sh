@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set-up on a fresh machine: .venv with torch, hpo and Horovod (built from source, see
-# install-horovod.sh). With --test it adds the test tools and the system programs the tests
+# Set-up on a fresh machine: .venv with torch, hpo and Horovod (built from source by the
+# installer inside the package, `hpo install horovod`, through install-horovod.sh). With --test it adds the test tools and the system programs the tests
 # start themselves (a real Slurm, headless Chromium). Safe to run again: done steps are skipped.
 # With --wheelhouse DIR nothing is downloaded: every package comes from DIR, which
 # scripts/build-wheelhouse.sh makes on a machine with network (for compute nodes without any).

@@ -1,8 +1,10 @@
-"""scripts/install-horovod.sh's decisions, per toolchain, without the toolchains: the pure
-horovod_build.decide() for GCC 12-14, CMake 3/4, CUDA 12/13, ROCm 5/6 and NCCL from a wheel or
-the system; the probe against fake NCCL installs (a real shared library with ncclGetVersion);
-the wheel cache under concurrent publishers; the offline wheelhouse helpers. The real build is
-proven by running the script (README's set-up section)."""
+"""`hpo install horovod`'s decisions, per toolchain, without the toolchains: the pure
+hpo.install.horovod.plan.decide() for GCC 12-14, CMake 3/4, CUDA 12/13, ROCm 5/6 and NCCL from a
+wheel or the system; the probe against fake NCCL installs (a real shared library with
+ncclGetVersion); the wheel cache under concurrent publishers; the offline wheelhouse helpers.
+--cuda/--arch and PyPI's CUDA wheels: tests/test_install_cuda_wheels.py; the real CUDA build:
+tests/test_install_cuda.py (slow); the installer from an installed hpo wheel:
+tests/test_install_packaged.py."""
 
 from __future__ import annotations
 
@@ -16,52 +18,25 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from horovod_toolchains import (
+    CPU,
+    CUDA12,
+    CUDA13,
+    ROCM5,
+    SYSTEM_NCCL,
+    WHEEL_LIB,
+    WHEEL_NCCL,
+    plan,
+    refusal,
+)
+
+from hpo.install import wheelhouse
+from hpo.install.horovod import build, cache, cuda, failures, nccl, probe
+from hpo.install.horovod import plan as hb
+from hpo.install.horovod.plan import decide
+from hpo.install.horovod.toolchain import BuildPlan, BuildRefusal, Nccl
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import horovod_build as hb  # noqa: E402
-import horovod_cache  # noqa: E402
-import horovod_probe  # noqa: E402
-import install_horovod  # noqa: E402
-import wheelhouse  # noqa: E402
-from horovod_build import BuildPlan, BuildRefusal, Nccl, Toolchain, decide  # noqa: E402
-
-CPU = Toolchain(python="3.11.7", machine="x86_64", cxx="/usr/bin/g++", cxx_version="12.2.0",
-                cmake="/usr/bin/cmake", cmake_version="3.25.1", torch="2.13.0+cpu")
-WHEEL_LIB = "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2"
-WHEEL_NCCL = Nccl("wheel", "/venv/lib/python3.12/site-packages/nvidia/nccl/include", "2.27.3",
-                  WHEEL_LIB, "2.27.3")
-SYSTEM_NCCL = Nccl("system", "/usr/include", "2.21.5",
-                   "/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5", "2.21.5")
-CUDA13 = dataclasses.replace(
-    CPU, python="3.12.3", cxx_version="13.3.0", cmake="/venv/bin/cmake", cmake_version="4.1.2",
-    torch="2.11.0+cu130", torch_cuda="13.0",
-    torch_archs=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"),
-    nvcc="/usr/local/cuda-13.0/bin/nvcc", nvcc_version="13.0.48",
-    nvcc_archs=(75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121),
-    nccl_loaded=WHEEL_LIB, nccl_wheel=WHEEL_NCCL, nccl_system=SYSTEM_NCCL)
-CUDA12 = dataclasses.replace(
-    CUDA13, python="3.10.12", cxx_version="12.3.0", cmake="/usr/bin/cmake", cmake_version="3.28.3",
-    torch="2.13.0+cu128", torch_cuda="12.8", torch_archs=("sm_50", "sm_80", "sm_90", "sm_100"),
-    nvcc="/usr/local/cuda-12.4/bin/nvcc", nvcc_version="12.4.131",
-    nvcc_archs=(50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90))
-ROCM5 = dataclasses.replace(CPU, torch="2.3.1+rocm5.7", torch_hip="5.7.31921",
-                            rocm_path="/opt/rocm-5.7.1", rocm_version="5.7.1")
-
-
-def plan(found: Toolchain) -> BuildPlan:
-    result = decide(found)
-    assert isinstance(result, BuildPlan), result
-    return result
-
-
-def refusal(found: Toolchain) -> str:
-    result = decide(found)
-    assert isinstance(result, BuildRefusal), result
-    assert "\n" not in result.reason and len(result.reason) < 300
-    return result.reason
-
 
 # --- compiler and CMake -------------------------------------------------------------------
 
@@ -135,7 +110,7 @@ def test_the_users_arch_list_wins_over_torchs() -> None:
     (["90", "bogus", ""], [90]),
 ])
 def test_arch_entries_parse_to_compute_capabilities(entries: list[str], numbers: list[int]) -> None:
-    assert hb._arch_numbers(entries) == numbers
+    assert cuda._arch_numbers(entries) == numbers
 
 
 def test_no_buildable_arch_is_refused() -> None:
@@ -183,7 +158,9 @@ def test_without_a_loaded_nccl_the_wheel_comes_before_the_system() -> None:
     only_system = dataclasses.replace(CUDA13, nccl_loaded=None, nccl_wheel=None)
     assert plan(only_system).nccl == SYSTEM_NCCL
     none = dataclasses.replace(only_system, nccl_system=None)
-    assert "pip install nvidia-nccl-cu13" in refusal(none)
+    assert "pip install 'nvidia-nccl-cu13==<the version torch requires>'" in refusal(none)
+    pinned = dataclasses.replace(none, nccl_pin="nvidia-nccl-cu13==2.28.9")
+    assert "pip install 'nvidia-nccl-cu13==2.28.9'" in refusal(pinned)  # never PyPI's newest
 
 
 # --- ROCm ---------------------------------------------------------------------------------
@@ -247,7 +224,8 @@ def test_the_cache_key_names_the_horovod_version_and_recipe(monkeypatch) -> None
     ("common.h:120:3: error: ‘logic_error’ is not a member of ‘std’", "logic_error is undeclared"),
     ("foo.cc:3:10: fatal error: nccl.h: No such file or directory", "missing header nccl.h"),
     ("#error -- unsupported GNU version! gcc versions later than 13 are not supported!",
-     "nvcc does not support this g++"),
+     "nvcc does not support this GNU compiler"),
+    ("OSError: [Errno 28] No space left on device", "the disk is full"),
     ("g++: fatal error: Killed signal terminated program cc1plus", "out of memory"),
     ("CMake Error at CMakeLists.txt:223 (find_package):\n  By not providing FindRCCL",
      "CMake error at CMakeLists.txt:223 (find_package): By not providing FindRCCL"),
@@ -257,7 +235,7 @@ def test_the_cache_key_names_the_horovod_version_and_recipe(monkeypatch) -> None
     ("all fine\nnothing here", "no known cause"),
 ])
 def test_a_failed_build_is_summed_up_in_one_line(log: str, phrase: str) -> None:
-    line = hb.summarize_failure(log)
+    line = failures.summarize_failure(log)
     assert phrase in line and "\n" not in line
 
 
@@ -274,7 +252,7 @@ def test_build_env_stages_one_nccl_and_puts_its_header_first(tmp_path: Path, mon
     built = plan(dataclasses.replace(CUDA13, nccl_loaded=nccl.library, nccl_wheel=nccl))
     monkeypatch.setenv("CXXFLAGS", "-O2")
     monkeypatch.delenv("MAKEFLAGS", raising=False)
-    env = install_horovod.build_env(built, tmp_path)
+    env = build.build_env(built, tmp_path)
     home = Path(env["HOROVOD_NCCL_HOME"])
     assert (home / "include" / "nccl.h").resolve() == wheel / "include" / "nccl.h"
     assert (home / "lib" / "libnccl.so").resolve() == wheel / "lib" / "libnccl.so.2"
@@ -289,7 +267,7 @@ def test_the_cxx_wrapper_raises_cxx14_to_cxx17(tmp_path: Path) -> None:
     echo = tmp_path / "echo-args"
     echo.write_text('#!/bin/sh\necho "$@"\n')
     echo.chmod(0o755)
-    env = install_horovod.build_env(dataclasses.replace(plan(CPU), cxx=str(echo)), tmp_path)
+    env = build.build_env(dataclasses.replace(plan(CPU), cxx=str(echo)), tmp_path)
     run = subprocess.run([env["CXX"], "-std=c++14", "-O2", "-std=gnu++14", "a b.cc"],
                          capture_output=True, text=True, check=True)
     assert run.stdout.split() == ["-std=gnu++17", "-O2", "-std=gnu++17", "a", "b.cc"]
@@ -301,7 +279,7 @@ def test_this_gcc_accepts_the_force_includes_horovod_needs(tmp_path: Path) -> No
     source = tmp_path / "needs.cc"
     source.write_text("struct T { std::string name; uint8_t byte; };\n"
                       "void f() { throw std::logic_error(\"x\"); }\n")
-    env = install_horovod.build_env(plan(CPU), tmp_path)
+    env = build.build_env(plan(CPU), tmp_path)
     compile_ = [env["CXX"], "-std=c++14", "-c", str(source), "-o", str(tmp_path / "o.o")]
     assert subprocess.run(compile_, capture_output=True).returncode != 0
     flags = hb.FORCE_INCLUDES.split()
@@ -329,7 +307,7 @@ def test_probe_reads_the_wheels_nccl_and_its_header(tmp_path: Path, monkeypatch)
     library = _fake_nccl(tmp_path / "site" / "nvidia" / "nccl", "2.27.3", 22703)
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     sys.modules.pop("nvidia", None)
-    found = horovod_probe._nccl_wheel()
+    found = nccl.nccl_wheel()
     assert found == Nccl("wheel", str(library.parent.parent / "include"), "2.27.3",
                          str(library), "2.27.3")
     loaded = dataclasses.replace(CUDA13, nccl_loaded=str(library), nccl_wheel=found)
@@ -343,7 +321,7 @@ def test_probe_finds_a_system_nccl_whose_header_is_another_version(tmp_path: Pat
     monkeypatch.setenv("HOROVOD_NCCL_HOME", str(tmp_path / "nccl"))
     for name in ("HOROVOD_NCCL_LIB", "HOROVOD_NCCL_INCLUDE", "NCCL_HOME", "CUDA_HOME"):
         monkeypatch.delenv(name, raising=False)
-    found = horovod_probe._nccl_system(None, None)
+    found = nccl.nccl_system(None, None)
     assert found is not None and found.library == str(library)
     assert (found.header_version, found.library_version) == ("2.18.1", "2.21.5")
     reason = refusal(dataclasses.replace(CUDA13, nccl_loaded=None, nccl_wheel=None,
@@ -354,27 +332,28 @@ def test_probe_finds_a_system_nccl_whose_header_is_another_version(tmp_path: Pat
 @pytest.mark.skipif(not shutil.which("gcc"), reason="no gcc here")
 def test_probe_sees_which_nccl_file_the_process_has_loaded(tmp_path: Path) -> None:
     library = _fake_nccl(tmp_path / "loaded", "2.27.3", 22703)
-    code = ("import ctypes, sys; sys.path.insert(0, sys.argv[2]); import horovod_probe; "
-            "ctypes.CDLL(sys.argv[1]); print(horovod_probe._loaded_library('libnccl'))")
-    run = subprocess.run([sys.executable, "-c", code, str(library), str(ROOT / "scripts")],
+    code = ("import ctypes, sys; from hpo.install.horovod.nccl import loaded_library; "
+            "ctypes.CDLL(sys.argv[1]); print(loaded_library('libnccl'))")
+    run = subprocess.run([sys.executable, "-c", code, str(library)],
                          capture_output=True, text=True, check=True)
     assert run.stdout.strip() == str(library)
 
 
 def test_probe_of_this_python_is_a_complete_toolchain() -> None:
-    found = horovod_probe.probe()
+    found = probe.probe()
     assert found.python.startswith(f"{sys.version_info.major}.{sys.version_info.minor}")
     assert isinstance(decide(found), (BuildPlan, BuildRefusal))
 
 
 def test_install_without_torch_is_one_line_naming_the_log(tmp_path: Path) -> None:
+    """A bare Python (no torch, no pip, not even hpo's dependencies) gets the one line: the
+    installer imports nothing but the standard library and itself before deciding."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")],
                    check=True)
     log = tmp_path / "build.log"
-    run = subprocess.run([str(tmp_path / "bare" / "bin" / "python"),
-                          str(ROOT / "scripts" / "install_horovod.py")],
-                         capture_output=True, text=True,
-                         env={**os.environ, "HPO_HOROVOD_LOG": str(log)})
+    run = subprocess.run([str(tmp_path / "bare" / "bin" / "python"), "-m", "hpo.install",
+                          "horovod"], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "HPO_HOROVOD_LOG": str(log), "PYTHONPATH": str(ROOT)})
     assert run.returncode == 1
     assert run.stderr.count("\n") == 1 and "torch is not installed" in run.stderr
     assert str(log) in run.stderr and '"toolchain"' in log.read_text()
@@ -389,12 +368,12 @@ def _stub_build(root: Path, key: str, index: int, size: int, barrier, results) -
     wheel = scratch / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
     wheel.write_bytes(bytes([index]) * size)
     barrier.wait()
-    results.put(str(horovod_cache.publish(root, key, wheel)))
+    results.put(str(cache.publish(root, key, wheel)))
 
 
 def _watch(root: Path, key: str, size: int, stop, bad) -> None:
     while not stop.is_set():
-        wheel = horovod_cache.lookup(root, key)
+        wheel = cache.lookup(root, key)
         if wheel is not None:
             data = wheel.read_bytes()
             if len(data) != size or len(set(data)) != 1:
@@ -430,19 +409,19 @@ def test_publish_keeps_the_first_and_discard_removes_it(tmp_path: Path) -> None:
     for wheel, text in ((first, "first"), (second, "second")):
         wheel.parent.mkdir()
         wheel.write_text(text)
-    cached = horovod_cache.publish(root, "k", first)
-    assert horovod_cache.publish(root, "k", second) == cached
-    assert cached.read_text() == "first" and horovod_cache.lookup(root, "other") is None
-    horovod_cache.discard(root, "k")
-    assert horovod_cache.lookup(root, "k") is None and list(root.iterdir()) == []
-    assert horovod_cache.publish(root, "k", second).read_text() == "second"
+    cached = cache.publish(root, "k", first)
+    assert cache.publish(root, "k", second) == cached
+    assert cached.read_text() == "first" and cache.lookup(root, "other") is None
+    cache.discard(root, "k")
+    assert cache.lookup(root, "k") is None and list(root.iterdir()) == []
+    assert cache.publish(root, "k", second).read_text() == "second"
 
 
 def test_cache_root_follows_hpo_wheel_cache(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HPO_WHEEL_CACHE", str(tmp_path))
-    assert horovod_cache.cache_root() == tmp_path
+    assert cache.cache_root() == tmp_path
     monkeypatch.delenv("HPO_WHEEL_CACHE")
-    assert horovod_cache.cache_root() == Path.home() / ".cache" / "hpo" / "wheels"
+    assert cache.cache_root() == Path.home() / ".cache" / "hpo" / "wheels"
 
 
 # --- offline: the wheelhouse --------------------------------------------------------------
@@ -483,10 +462,10 @@ def test_wheelhouse_carries_the_cached_horovod_wheels(tmp_path: Path, monkeypatc
     monkeypatch.setenv("HPO_WHEEL_CACHE", str(tmp_path / "cache"))
     built = tmp_path / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
     built.write_text("wheel")
-    horovod_cache.publish(tmp_path / "cache", "keyA", built)
+    cache.publish(tmp_path / "cache", "keyA", built)
     (tmp_path / "cache" / ".keyB.tmp").mkdir()  # someone's unfinished publish
     assert wheelhouse.copy_cached_horovod(tmp_path / "wh") == ["keyA"]
-    assert horovod_cache.lookup(tmp_path / "wh" / "horovod", "keyA") is not None
+    assert cache.lookup(tmp_path / "wh" / "horovod", "keyA") is not None
 
 
 def test_setup_refuses_a_missing_wheelhouse_before_touching_anything(tmp_path: Path) -> None:

@@ -22,8 +22,15 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from hpo.driver.ray_session import embedded_ray
 from hpo.driver.trial_logs import CsvLogger, JsonLogger
 
-DRIVER_ROWS = "driver copy: rows 1-3\n"
-STORAGE_ROWS = "storage copy: row 1\n"
+
+def _rows(file_name: str, iterations: range) -> str:
+    """A result.json or progress.csv holding rows for these iterations."""
+    if file_name.endswith(".csv"):
+        return "training_iteration,score\n" + "".join(f"{i},0.{i}\n" for i in iterations)
+    return "".join(f'{{"training_iteration": {i}, "score": 0.{i}}}\n' for i in iterations)
+
+
+CHECKPOINT_AT = 3  # the trial restarts from its checkpoint at iteration 3
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -38,7 +45,8 @@ def _restarted_trial(tmp_path: Path) -> tuple[Trial, Path, Path]:
     trial = Trial("fn", config={}, storage=storage, stub=True)  # stub: no registered trainable
     checkpoint_dir = tmp_path / "checkpoint"
     checkpoint_dir.mkdir()
-    trial.on_checkpoint(_TrainingResult(checkpoint=Checkpoint(str(checkpoint_dir)), metrics={}))
+    trial.on_checkpoint(_TrainingResult(checkpoint=Checkpoint(str(checkpoint_dir)),
+                                        metrics={"training_iteration": CHECKPOINT_AT}))
     trial.init_local_path()  # names the trial folder, as Tune does when it starts a trial
     local, remote = Path(trial.local_path), Path(trial.storage.trial_fs_path)
     remote.mkdir(parents=True)
@@ -65,10 +73,21 @@ RAY_LOGGERS = [(JsonLoggerCallback, "result.json"), (CSVLoggerCallback, "progres
 def test_restart_keeps_the_drivers_newer_rows(tmp_path: Path, logger_cls: Any,
                                               file_name: str) -> None:
     trial, local, remote = _restarted_trial(tmp_path)
-    (local / file_name).write_text(DRIVER_ROWS)
-    (remote / file_name).write_text(STORAGE_ROWS)
+    (local / file_name).write_text(_rows(file_name, range(1, 4)))
+    (remote / file_name).write_text(_rows(file_name, range(1, 2)))
     _restart_and_report(logger_cls(), trial)
-    assert _rows_before_the_new_one(local / file_name) == DRIVER_ROWS
+    assert _rows_before_the_new_one(local / file_name) == _rows(file_name, range(1, 4))
+
+
+@pytest.mark.parametrize(("logger_cls", "file_name"), LOGGERS)
+def test_restart_cuts_the_rows_after_its_checkpoint(tmp_path: Path, logger_cls: Any,
+                                                   file_name: str) -> None:
+    """Rows 4 and 5 were reported after the checkpoint at 3 (a stop, a crash, a retry):
+    the trial reports them again, so the history keeps them once."""
+    trial, local, _ = _restarted_trial(tmp_path)
+    (local / file_name).write_text(_rows(file_name, range(1, 6)))
+    _restart_and_report(logger_cls(), trial)
+    assert _rows_before_the_new_one(local / file_name) == _rows(file_name, range(1, 4))
 
 
 @pytest.mark.parametrize(("logger_cls", "file_name"), LOGGERS)
@@ -76,9 +95,9 @@ def test_resume_brings_the_rows_back_from_storage(tmp_path: Path, logger_cls: An
                                                   file_name: str) -> None:
     """A new driver (`hpo resume`) has no copy of its own: storage's rows come back."""
     trial, local, remote = _restarted_trial(tmp_path)
-    (remote / file_name).write_text(STORAGE_ROWS)
+    (remote / file_name).write_text(_rows(file_name, range(1, 2)))
     _restart_and_report(logger_cls(), trial)
-    assert _rows_before_the_new_one(local / file_name) == STORAGE_ROWS
+    assert _rows_before_the_new_one(local / file_name) == _rows(file_name, range(1, 2))
 
 
 @pytest.mark.parametrize(("logger_cls", "file_name"), RAY_LOGGERS)
@@ -86,7 +105,7 @@ def test_rays_own_loggers_lose_the_rows(tmp_path: Path, logger_cls: Any,
                                         file_name: str) -> None:
     """Why hpo has its own: when this fails, Ray fixed it and hpo's loggers can go."""
     trial, local, remote = _restarted_trial(tmp_path)
-    (local / file_name).write_text(DRIVER_ROWS)
-    (remote / file_name).write_text(STORAGE_ROWS)
+    (local / file_name).write_text(_rows(file_name, range(1, 4)))
+    (remote / file_name).write_text(_rows(file_name, range(1, 2)))
     _restart_and_report(logger_cls(), trial)
-    assert _rows_before_the_new_one(local / file_name) == STORAGE_ROWS
+    assert _rows_before_the_new_one(local / file_name) == _rows(file_name, range(1, 2))

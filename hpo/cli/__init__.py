@@ -18,6 +18,7 @@ from hpo.cli._shared import (
     print_table,
     state,
 )
+from hpo.cli.install import install_app
 from hpo.cli.slurm import slurm_app
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
@@ -173,6 +174,7 @@ def doctor(interface: str | None = typer.Option(
 
 
 app.add_typer(slurm_app, name="slurm")
+app.add_typer(install_app, name="install")
 
 
 def main() -> None:

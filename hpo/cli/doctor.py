@@ -44,7 +44,7 @@ def _horovod() -> list[Row]:
     try:
         hvd = importlib.import_module("horovod.torch")
     except ImportError as exc:
-        return [("horovod", f"not usable ({exc}). Hint: bash scripts/install-horovod.sh", False)]
+        return [("horovod", f"not usable ({exc}). Hint: hpo install horovod", False)]
     operations = [name for name, built in (("gloo", hvd.gloo_built()), ("nccl", hvd.nccl_built()),
                                            ("mpi", hvd.mpi_built())) if built]
     finding = f"{_version('horovod')}, operations built: {', '.join(operations) or 'none'}"

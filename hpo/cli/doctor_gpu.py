@@ -72,12 +72,12 @@ def _nccl_rows(facts: GpuFacts) -> list[Row]:
     gpu_torch = bool(facts.torch_cuda or facts.torch_hip)
     if gpu_torch and not built:
         rows.append(("horovod nccl", "Horovod has no NCCL/RCCL: GPU ranks would go through "
-                     "Gloo. Hint: rebuild with bash scripts/install-horovod.sh (after the GPU "
-                     "torch), or use backend: ddp", False))
+                     "Gloo. Hint: rebuild with `hpo install horovod --cuda --rebuild` (after the "
+                     "GPU torch), or use backend: ddp", False))
     elif built and facts.torch_nccl and _version_code(built) != tuple(facts.torch_nccl[:2]):
         major, minor = _version_code(built)
         rows.append(("horovod nccl", f"built against NCCL {major}.{minor}, torch loads "
-                     f"{loaded}. Hint: rebuild with bash scripts/install-horovod.sh (it uses "
+                     f"{loaded}. Hint: rebuild with `hpo install horovod --rebuild` (it uses "
                      "the NCCL torch loads)", False))
     return rows
 

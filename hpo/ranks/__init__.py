@@ -20,4 +20,4 @@ def check_backend(spec: Spec, source: str) -> None:
     if spec.distributed and spec.distributed.backend == "horovod" and (
             importlib.util.find_spec("horovod") is None):
         raise ConfigError(source, "distributed.backend", "'horovod' is not installed",
-                          "bash scripts/install-horovod.sh builds it; or use backend: ddp")
+                          "`hpo install horovod` builds it (--cuda for NCCL); or use backend: ddp")

@@ -41,7 +41,7 @@ class HorovodGroup:
             from horovod.ray import RayExecutor
         except ImportError as exc:
             raise RunError("distributed.backend is horovod but Horovod is not installed. "
-                           "Hint: run scripts/install-horovod.sh, or use backend: ddp") from exc
+                           "Hint: run `hpo install horovod`, or use backend: ddp") from exc
         settings = RayExecutor.create_settings(timeout_s=min(spec.timeout_s, 300))
         use_gpu = spec.gpus_per_worker > 0
         self._executor = RayExecutor(

@@ -20,11 +20,13 @@ import sys
 import zipfile
 from pathlib import Path
 
-from horovod_build import HOROVOD_VERSION
-from horovod_cache import cache_root, entries
-from install_horovod import BUILD_DEPS
+from hpo.install.horovod.build import BUILD_DEPS
+from hpo.install.horovod.cache import cache_root, entries
+from hpo.install.horovod.toolchain import HOROVOD_VERSION
 
-ROOT = Path(__file__).resolve().parent.parent
+# A checkout's pyproject.toml (hpo/install/wheelhouse.py -> the repository root), when there is
+# one; an installed hpo reads its requirements from its own metadata instead.
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 # What Ray Tune runs without: ~3/4 of the ray wheel's size (measured on the H100 node).
 RAY_TRIM = ("ray/jars/", "ray/rllib/", "ray/serve/", "ray/llm/")
 
@@ -41,6 +43,23 @@ def project_requirements(pyproject: Path, extras: tuple[str, ...] = ("test",)) -
     return [*data["build-system"]["requires"], *project["dependencies"], *extra]
 
 
+def installed_requirements(extras: tuple[str, ...] = ("test",)) -> list[str]:
+    """hpo's requirements from the installed package's metadata (no pyproject.toml there)."""
+    from importlib import metadata
+
+    wanted = []
+    for requirement in metadata.requires("hpo") or []:
+        name, _, marker = requirement.partition(";")
+        extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)", marker)
+        if extra is None or extra[1] in extras:
+            wanted.append(name.strip())
+    return ["setuptools>=68", *wanted]
+
+
+def requirements() -> list[str]:
+    return project_requirements(PYPROJECT) if PYPROJECT.is_file() else installed_requirements()
+
+
 def download_commands(folder: Path, args: argparse.Namespace) -> list[list[str]]:
     pip = [sys.executable, "-m", "pip", "download", "--dest", str(folder)]
     target = ["--only-binary=:all:"]
@@ -51,7 +70,7 @@ def download_commands(folder: Path, args: argparse.Namespace) -> list[list[str]]
     for url in args.extra_index_url:
         target += ["--extra-index-url", url]
     torch = args.torch or f"torch=={os.environ.get('HPO_TORCH_VERSION', '2.13.0')}"
-    wanted = [*project_requirements(ROOT / "pyproject.toml"), *BUILD_DEPS, "cmake", torch]
+    wanted = [*requirements(), *BUILD_DEPS, "cmake", torch]
     sdist = ["--no-binary=:all:", "--no-deps", f"horovod=={HOROVOD_VERSION}"]
     return [[*pip, *target, *wanted], [*pip, *sdist]]
 
@@ -83,7 +102,8 @@ def copy_cached_horovod(folder: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build a wheelhouse for scripts/setup.sh "
+    parser = argparse.ArgumentParser(prog="hpo install wheelhouse",
+                                     description="Build a wheelhouse for scripts/setup.sh "
                                                  "--wheelhouse DIR (offline installs).")
     parser.add_argument("folder", type=Path)
     parser.add_argument("--python-version", help="the offline node's Python, e.g. 3.12")

@@ -3,16 +3,21 @@
 A key's folder appears whole or not at all: the wheel is copied into a temporary folder beside
 it and the folder renamed into place, which is atomic on one file system (shared ones
 included). When two jobs publish the same key at once, the first rename wins and the second
-job uses that wheel; readers never see a half-written one.
+job uses that wheel; readers never see a half-written one. A wheelhouse (DIR/horovod/, for
+offline nodes) has the same layout.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
+
+# The compiler part of a key (plan.cache_key): "...-cp312-gcc12.2.0-x86_64-r2".
+_COMPILER = re.compile(r"-(gcc|clang)(\d+)[\w.+]*-(?=[^-]+-r\d+$)")
 
 
 def cache_root() -> Path:
@@ -23,6 +28,25 @@ def cache_root() -> Path:
 def lookup(root: Path, key: str) -> Path | None:
     wheels = sorted((root / key).glob("horovod-*.whl"))
     return wheels[0] if wheels else None
+
+
+def lookup_compatible(root: Path, key: str) -> Path | None:
+    """The wheel of `key`, else one built alike by an older compiler of the same family.
+
+    A wheel built with GCC 12 runs where GCC 13's libstdc++ is (the library stays backward
+    compatible), so an offline node with a newer compiler can use a login node's wheel.
+    """
+    exact = lookup(root, key)
+    mine = _COMPILER.search(key)
+    if exact or not mine:
+        return exact
+    found = []
+    for entry in entries(root):
+        theirs = _COMPILER.search(entry.name)
+        if theirs and theirs[1] == mine[1] and int(theirs[2]) <= int(mine[2]) and \
+                _COMPILER.sub("-", entry.name) == _COMPILER.sub("-", key):
+            found.append((int(theirs[2]), entry.name))
+    return lookup(root, max(found)[1]) if found else None
 
 
 def publish(root: Path, key: str, wheel: Path) -> Path:

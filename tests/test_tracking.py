@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,10 +13,12 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import trial_rows
+from stop_points import SPEC, StopAt
 
 import hpo
 from hpo.driver.tracking import MLFLOW_RUNS_FILE
-from hpo.errors import ConfigError
+from hpo.errors import ConfigError, RunError
 from hpo.spec import tracking
 from hpo.spec.load import spec_from_dict
 
@@ -97,6 +100,25 @@ def test_resumed_trial_continues_its_mlflow_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.ray
+@pytest.mark.slow
+def test_a_stopped_and_resumed_trial_logs_each_step_once(tmp_path: Path) -> None:
+    """Checkpoints every 5 steps, a stop at step 8: the trial goes on from step 5 and reports
+    6-8 again; its MLflow run holds steps 1..12 once each, like its result.json."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec = {**SPEC, "name": "tracked", "num_samples": 1, "tracking": {
+        "mlflow": {"tracking_uri": uri}}, "checkpoint": {"frequency": 5, "keep": 1}}
+    stop = StopAt(signal.SIGUSR1, 0, 8, str(tmp_path / "fired"))
+    with pytest.raises(RunError, match="stopped by SIGUSR1"):
+        hpo.run(spec, storage=str(tmp_path), num_cpus=CPUS, callbacks=[stop])
+    hpo.resume(tmp_path / "tracked", num_cpus=CPUS)
+    ((client, run),) = _mlflow_runs(uri, "tracked").values()
+    steps = [step for step, _ in _history(client, run, "training_iteration")]
+    assert steps == list(range(1, 13))
+    rows = next(iter(trial_rows(tmp_path / "tracked").values()))
+    assert [r["training_iteration"] for r in rows] == list(range(1, 13))
+
+
+@pytest.mark.ray
 def test_wandb_offline_run_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
     monkeypatch.delenv("WANDB_MODE", raising=False)  # mode: offline alone needs no API key
@@ -144,7 +166,7 @@ def _no_wandb_login(home: Path) -> dict[str, str]:
 
 CHECK = """
 import os, sys
-from hpo.errors import ConfigError
+from hpo.errors import ConfigError, RunError
 from hpo.spec.load import spec_from_dict
 spec = spec_from_dict({"name": "t", "trainable": "trainables.digits:train", "metric": "m",
                        "mode": "max", "tracking": {"wandb": {"project": "p"%s}}}, "exp.yaml")

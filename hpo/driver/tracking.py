@@ -16,6 +16,7 @@ from typing import Any
 
 from ray.air.integrations.mlflow import MLflowLoggerCallback
 from ray.air.integrations.wandb import WandbLoggerCallback
+from ray.tune.result import TIMESTEPS_TOTAL, TRAINING_ITERATION
 
 from hpo.driver import storage_faults
 from hpo.spec.model import Spec
@@ -35,6 +36,7 @@ class ResumableMlflow(MLflowLoggerCallback):
 
     def setup(self, *args: Any, **kwargs: Any) -> None:
         self._trial_runs = {}  # as Ray's setup leaves it, should it fail
+        self._logged: dict[str, int] = {}  # trial id -> the last step its run holds
         for handler in logging.getLogger("mlflow").handlers:  # MLflow's own, to the terminal
             if not any(isinstance(f, _QuietStorageFaults) for f in handler.filters):
                 handler.addFilter(_QuietStorageFaults())
@@ -44,7 +46,13 @@ class ResumableMlflow(MLflowLoggerCallback):
         self._guarded(self._start, trial)
 
     def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+        # A trial that restarts from its checkpoint reports the steps after it again; MLflow
+        # cannot delete a step, so each step is logged once (its first report).
+        step = result.get(TIMESTEPS_TOTAL) or result[TRAINING_ITERATION]
+        if step <= self._logged.get(trial.trial_id, 0):
+            return
         self._guarded(super().log_trial_result, iteration, trial, result)
+        self._logged[trial.trial_id] = step
 
     def log_trial_end(self, trial: Any, failed: bool = False) -> None:
         self._guarded(super().log_trial_end, trial, failed)
@@ -64,7 +72,10 @@ class ResumableMlflow(MLflowLoggerCallback):
             known = _read_runs(trial).get(trial.trial_id)
             if known and self.mlflow_util._run_exists(known):
                 self._trial_runs[trial] = known
-                self.mlflow_util._get_client().update_run(known, status="RUNNING")
+                client = self.mlflow_util._get_client()
+                client.update_run(known, status="RUNNING")
+                steps = [m.step for m in client.get_metric_history(known, TRAINING_ITERATION)]
+                self._logged[trial.trial_id] = max(steps, default=0)
         super().log_trial_start(trial)
         _write_run(trial, self._trial_runs[trial])
 

@@ -321,6 +321,11 @@ CASES = [
          "distributed.max_workers", "16 GPUs", ("2 node(s) x 4",)),
     Case("rasda-batch-split-on-grown-ranks", sub(ASHA, RASDA, RASDA_IMAGES),
          "constants.batch_size", "64", ("3 ranks",)),
+    # a search that cannot rank trials for promotion: nothing would be paused to grow
+    Case("rasda-several-metrics", sub(ASHA, RASDA, NO_RESOURCES + DIST
+                                      + "  max_workers: 4\n").replace(
+        "metric: val_accuracy\nmode: max", "metric: [val_accuracy, cost]\nmode: [max, min]"),
+         "scheduler.type", "rasda", ("several metrics",)),
     # --- the large-batch keys of the built-in trainables: one meaning on any rank count --
     Case("removed-lr-scaling", sub("  epochs: 2\n", "  epochs: 2\n  lr_scaling: linear\n",
                                    BASE.replace("trainables.digits", "trainables.images")),

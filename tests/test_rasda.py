@@ -72,6 +72,10 @@ class _Controller:
     def __init__(self, trials: list[Any], cpus: float) -> None:
         self.trials, self._cpus = trials, cpus
         self._resource_updater = self
+        self.max_pending: int | None = None
+
+    def update_max_pending_trials(self, count: int) -> None:
+        self.max_pending = count
 
     def get_trials(self) -> list[Any]:
         return self.trials
@@ -210,7 +214,8 @@ def test_a_rung_that_cannot_finish_in_the_allocation_is_held() -> None:
     scheduler.on_trial_add(controller, trial)
     assert scheduler.on_trial_result(controller, trial, _result(1, 0.5)) == \
         TrialScheduler.PAUSE
-    assert guard.asked == [("t", 1, 2)]  # one iteration to rung 2, on the grown ranks
+    # one iteration to rung 2, on the grown ranks (a restart included), then ungrown
+    assert guard.asked == [("t", 1, 2), ("t", 1, 1)]
     assert scheduler.choose_trial_to_run(controller) is None
     assert guard.stopped == []  # still saving its checkpoint: not yet
     trial.set_status(Trial.PAUSED)
@@ -283,3 +288,194 @@ def test_a_trial_that_ends_before_its_growth_frees_the_ranks_it_was_to_take(end:
     assert scheduler.on_trial_result(controller, later, _result(1, 0.1)) == \
         TrialScheduler.PAUSE
     assert scheduler._resize == {"later": 2}
+
+
+# The decision as a value: (rung records, ranks, free slots, pending work, walltime) -> Decision
+
+@pytest.mark.parametrize(("due", "free", "pending", "fits", "expected"), [
+    # nothing due: between rungs, or at the cap
+    (dict(step=0), 8, 0, None, ("continue", 1, 0)),
+    (dict(step=2, ranks=4), 8, 0, None, ("continue", 4, 0)),
+    # due 2, a slot free: grow; free slots that pending trials take first do not count
+    (dict(step=1), 1, 0, None, ("grow", 2, 0)),
+    (dict(step=1), 1, 1, None, ("continue", 1, 2)),  # waits, new trials held back
+    (dict(step=2, ranks=2), 2, 0, None, ("grow", 4, 0)),
+    # patience spent (one result waited): take what is free, else drop the growth
+    (dict(step=2, ranks=1, waited=1), 1, 0, None, ("grow", 2, 0)),
+    (dict(step=2, ranks=1, waited=0), 1, 0, None, ("continue", 1, 4)),
+    (dict(step=1, waited=1), 0, 0, None, ("continue", 1, 0)),
+    # batch: grows: the batch grows at a restart even on the same ranks, once patience ends
+    (dict(step=1, batch_behind=True), 0, 0, None, ("continue", 1, 2)),
+    (dict(step=1, batch_behind=True, waited=1), 0, 0, None, ("grow", 1, 0)),
+    # the walltime guard: a grown rung too long runs on ungrown; neither fits: hold
+    (dict(step=1), 1, 0, {1}, ("continue", 1, 0)),
+    (dict(step=1), 1, 0, set(), ("hold", 2, 0)),
+    (dict(step=1), 0, 0, set(), ("hold", 2, 0)),  # waiting: resumes due in the next job
+    (dict(step=1, at_rung=False, waited=0), 1, 0, {1}, ("continue", 1, 0)),
+    (dict(step=1, at_rung=False, waited=0), 1, 0, set(), ("continue", 1, 0)),  # mid-rung
+])
+def test_the_growth_decision(due: dict[str, Any], free: int, pending: int,
+                             fits: set[int] | None, expected: tuple[str, int, int]) -> None:
+    from hpo.driver.rasda_decision import Due, decide
+
+    decision = decide(Due(**{"counts": (1, 2, 4), "ranks": 1, **due}), free, pending,
+                      fits=None if fits is None else fits.__contains__)
+    assert (decision.action, decision.ranks, decision.due) == expected, decision.reason
+
+
+@pytest.mark.parametrize(("total", "taken", "bundle", "slots"), [
+    ({"CPU": 8, "GPU": 0}, [{"CPU": 3}], {"CPU": 1, "GPU": 0}, 5),
+    ({"CPU": 64, "GPU": 16}, [{"CPU": 1, "GPU": 1}] * 15, {"CPU": 1, "GPU": 1}, 1),
+    ({"CPU": 4, "GPU": 16}, [], {"CPU": 1, "GPU": 1}, 4),  # CPUs bound
+    ({"CPU": 4, "GPU": 0}, [{"CPU": 6}], {"CPU": 1, "GPU": 0}, 0),  # never negative
+])
+def test_free_slots(total: dict[str, float], taken: list[dict[str, float]],
+                    bundle: dict[str, float], slots: int) -> None:
+    from hpo.driver.rasda_decision import free_slots
+
+    assert free_slots(total, taken, bundle) == slots
+
+
+def test_ray_still_has_what_rasda_reads() -> None:
+    """hpo.driver.ray_internals reads private parts of Ray 2.60.0: a newer Ray must be
+    checked against it (and RAY_VERSION moved) before hpo uses it."""
+    import ray
+
+    from hpo.driver import ray_internals
+
+    assert ray_internals.missing() == []
+    assert ray.__version__ == ray_internals.RAY_VERSION, "re-read hpo/driver/ray_internals.py"
+
+
+# Admission: a promoted trial due to grow comes before new trials.
+
+def _full(cpus: float) -> tuple[Any, Any, Any, Any]:
+    """A grower and another trial running, a third pending, on `cpus` one-CPU slots."""
+    from ray.tune.experiment import Trial
+
+    scheduler, trials = _scheduler(), [_trial("grower"), _trial("other"), _trial("queued")]
+    trials[2].set_status(Trial.PENDING)
+    controller = _Controller(trials, cpus=cpus)
+    for trial in trials:
+        scheduler.on_trial_add(controller, trial)
+    return scheduler, controller, trials[0], trials
+
+
+def test_a_due_growth_waits_for_freed_devices_while_new_trials_wait() -> None:
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import TrialScheduler
+
+    from hpo.driver.rasda import ranks_of
+
+    scheduler, controller, grower, (_, other, queued) = _full(cpus=3)
+    assert controller.max_pending == 2  # Tune's default would be 200 with random search
+    # one slot free, but the queued trial takes it first: run on, hold new trials back
+    assert scheduler.on_trial_result(controller, grower, _result(1, 0.1)) == \
+        TrialScheduler.CONTINUE
+    assert not scheduler.gate.open
+    queued.set_status(Trial.RUNNING)
+    other.set_status(Trial.TERMINATED)  # its slot frees up: nobody new takes it
+    # rung 2 passed: due 4 ranks, 2 reachable: it waits one iteration for more
+    assert scheduler.on_trial_result(controller, grower, _result(2, 0.1)) == \
+        TrialScheduler.CONTINUE
+    # none came: it takes what is free
+    assert scheduler.on_trial_result(controller, grower, _result(3, 0.1)) == \
+        TrialScheduler.PAUSE
+    grower.set_status(Trial.PAUSED)
+    assert scheduler.choose_trial_to_run(controller) is grower and ranks_of(grower) == 2
+    assert not scheduler.gate.open  # until it runs on its new ranks
+    grower.set_status(Trial.RUNNING)
+    scheduler.choose_trial_to_run(controller)
+    assert scheduler.gate.open
+
+
+def test_a_growth_that_finds_no_device_in_time_is_dropped() -> None:
+    from ray.tune.schedulers import TrialScheduler
+
+    scheduler, controller, grower, _ = _full(cpus=3)
+    assert scheduler.on_trial_result(controller, grower, _result(1, 0.1)) == \
+        TrialScheduler.CONTINUE and not scheduler.gate.open
+    # one iteration later still nothing free: it goes on at its size, new trials may start
+    assert scheduler.on_trial_result(controller, grower, _result(2, 0.1)) == \
+        TrialScheduler.CONTINUE  # rung 2 passed: due again, waits again
+    assert scheduler.on_trial_result(controller, grower, _result(3, 0.1)) == \
+        TrialScheduler.CONTINUE
+    assert scheduler.gate.open
+
+
+def _noop(config: dict[str, Any]) -> None:
+    pass
+
+
+def test_the_gate_holds_back_random_search() -> None:
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    from hpo.driver.rasda_gate import Gate, gated
+
+    gate = Gate()
+    search = gated(BasicVariantGenerator(), gate, max_concurrent=3)
+    search.add_configurations({"e": {"run": _noop, "num_samples": 5, "config": {"x": 1}}})
+    assert search.next_trial() is not None
+    gate.waiting.add("grower")
+    assert search.next_trial() is None and not search.is_finished()  # "nothing now"
+    gate.waiting.clear()
+    assert search.next_trial() is not None
+    assert search.search.max_concurrent == 3  # Tune would drop max_concurrent_trials
+
+
+def test_the_gate_holds_back_a_searcher() -> None:
+    from ray.tune.search import ConcurrencyLimiter, Searcher
+
+    from hpo.driver.rasda_gate import Gate, gated
+
+    class Counting(Searcher):
+        def suggest(self, trial_id: str) -> dict[str, Any]:
+            return {"x": 1}
+
+    gate = Gate()
+    search = gated(Counting(metric="loss", mode="min"), gate, max_concurrent=2)
+    assert isinstance(search.searcher, ConcurrencyLimiter)  # Tune finds max_concurrent
+    search.add_configurations({"e": {"run": _noop, "num_samples": 5, "config": {}}})
+    gate.waiting.add("grower")
+    assert search.next_trial() is None and not search.is_finished()
+    gate.waiting.clear()
+    assert search.next_trial() is not None
+    assert pickle_roundtrip(gate).open  # a resumed run starts open
+
+
+def pickle_roundtrip(value: Any) -> Any:
+    import pickle
+
+    value.waiting.add("x")
+    return pickle.loads(pickle.dumps(value))
+
+
+def test_a_growing_trials_cached_actor_is_dropped_and_a_stuck_growth_opens_the_gate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With reuse_actors Tune keeps the grower's old actor and placement group for a trial
+    of its old shape; the grown placement group would wait behind it."""
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import TrialScheduler
+
+    from hpo.driver import rasda
+
+    scheduler, trial = _scheduler(), _trial("t")
+    controller = _Controller([trial], cpus=8)
+    dropped: list[bool] = []
+    controller._actor_cache = type("Cache", (), {"num_cached_objects": 1})()
+    controller._cleanup_cached_actors = lambda force_all: dropped.append(force_all)
+    scheduler.on_trial_add(controller, trial)
+    assert scheduler.on_trial_result(controller, trial, {**_result(1, 0.5),
+                                                         "time_this_iter_s": 2.0}) == \
+        TrialScheduler.PAUSE
+    trial.set_status(Trial.PAUSED)
+    clock = [100.0]
+    monkeypatch.setattr(rasda.time, "monotonic", lambda: clock[0])
+    assert scheduler.choose_trial_to_run(controller) is trial and dropped == [True]
+    trial.set_status(Trial.PENDING)  # its grown placement group waits in Ray's queue
+    clock[0] += 2.9
+    scheduler.choose_trial_to_run(controller)
+    assert not scheduler.gate.open
+    clock[0] += 0.2  # past 1.5 iterations: devices must not idle, new trials may start
+    scheduler.choose_trial_to_run(controller)
+    assert scheduler.gate.open

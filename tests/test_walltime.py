@@ -204,6 +204,27 @@ def test_allows(now: float, iterations: int, ranks: int, allowed: bool) -> None:
     assert guard.allows("a", iterations, ranks) is allowed
 
 
+def test_work_on_other_ranks_pays_a_restart() -> None:
+    """Growing pauses the trial, places it anew and restores it: that time counts too."""
+    from hpo.driver.walltime import RESTART_S
+
+    clock = Clock(900.0)
+    guard = _guard(clock)  # deadline 1080
+    guard.record("a", 1, {"time_this_iter_s": 10.0})
+    clock.now = 1000.0  # 80 s left
+    assert guard.allows("a", 8, 1)  # 80 s on its own ranks: no restart
+    assert RESTART_S == 30.0 and not guard.allows("a", 8, 2)  # 80 s + a restart
+    assert guard.allows("a", 5, 2)  # 50 s + 30 s
+    # b moved from 1 to 2 ranks: its first result on 2 came 25 s after its last on 1,
+    # with a 5 s iteration: a 20 s restart, which then counts instead of the default
+    guard.record("b", 1, {"time_this_iter_s": 10.0})
+    clock.now = 1025.0
+    guard.record("b", 2, {"time_this_iter_s": 5.0})
+    assert guard.restart_s() == 20.0
+    # 55 s left; on 2 ranks a takes 5 s (b's ratio): 7 or 8 iterations, + 20 s
+    assert guard.allows("a", 7, 2) and not guard.allows("a", 8, 2)
+
+
 def test_allows_unmeasured_work_until_the_deadline() -> None:
     clock = Clock()
     guard = _guard(clock)

@@ -154,12 +154,14 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
     reuse = spec.reuse_actors and (not a_class or resets_config(trainable))
     # Tune takes one metric: several go to the Optuna searcher only (its study's directions).
     single = len(spec.objectives) == 1
+    chosen, search = scheduler(spec, walltime.current()), searcher(spec, evaluated)
+    limit = spec.max_concurrent
+    if hasattr(chosen, "gated"):  # rasda: no new trial while a growth waits (it applies limit)
+        search, limit = chosen.gated(search, limit), None
     tune_config = tune.TuneConfig(
         metric=spec.metric if single else None, mode=spec.mode if single else None,
-        num_samples=spec.num_samples,
-        max_concurrent_trials=spec.max_concurrent, reuse_actors=reuse,
-        scheduler=scheduler(spec, walltime.current()), search_alg=searcher(spec, evaluated),
-        time_budget_s=spec.time_budget_s,
+        num_samples=spec.num_samples, max_concurrent_trials=limit, reuse_actors=reuse,
+        scheduler=chosen, search_alg=search, time_budget_s=spec.time_budget_s,
     )
     run_config = tune.RunConfig(
         name=exp_dir.name, storage_path=str(exp_dir.parent), stop=spec.stop or None,

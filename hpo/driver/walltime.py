@@ -34,6 +34,9 @@ log = logging.getLogger("hpo.walltime")
 
 _SLURM_TIME = "%Y-%m-%dT%H:%M:%S"
 _KEEP = 5  # iteration times kept per trial and rank count: recent ones, after a resize
+# A restart on other ranks (pause, a new placement group, rank start-up, restore) before one
+# was measured: the GPU trial start measured on an H100 took about 20 s (docs/benchmarks.md).
+RESTART_S = 30.0
 
 
 def parse_end_time(text: str) -> float | None:
@@ -111,6 +114,9 @@ class WalltimeGuard:
          ranks (and linear slow-down with fewer): an estimate that errs towards stopping;
       3. the same from the median of the other trials' means, for a trial not yet measured;
       4. nothing measured at all: allowed.
+    Work on other ranks than the trial last reported on also pays a restart: the median of
+    those measured (the gap between a trial's last result before a resize and its first
+    after, less that iteration), else RESTART_S.
     Work that would not fit even into a whole fresh allocation of this length is allowed too:
     refusing it would requeue for ever; it runs until the warning and goes on after it.
     """
@@ -123,6 +129,8 @@ class WalltimeGuard:
         self._times: dict[tuple[str, int], deque[float]] = defaultdict(
             lambda: deque(maxlen=_KEEP))
         self._stopped = threading.Event()
+        self._last: dict[str, tuple[int, float]] = {}  # trial -> (ranks, clock) of its last
+        self._restarts: deque[float] = deque(maxlen=_KEEP)
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] = os.environ,
@@ -166,8 +174,17 @@ class WalltimeGuard:
     def record(self, trial_id: str, ranks: int, result: Mapping[str, Any]) -> None:
         """Learn from one result: its `time_this_iter_s` on `ranks` ranks."""
         seconds = result.get("time_this_iter_s")
-        if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
-            self._times[trial_id, ranks].append(float(seconds))
+        if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
+            return
+        self._times[trial_id, ranks].append(float(seconds))
+        now, before = self._clock(), self._last.get(trial_id)
+        if before is not None and before[0] != ranks:
+            self._restarts.append(max(0.0, now - before[1] - seconds))
+        self._last[trial_id] = (ranks, now)
+
+    def restart_s(self) -> float:
+        """Seconds a trial loses moving to other ranks: measured (median), else RESTART_S."""
+        return statistics.median(self._restarts) if self._restarts else RESTART_S
 
     def seconds_per_iteration(self, trial_id: str, ranks: int) -> float | None:
         """The estimate of the class docstring's rule; None when nothing was measured."""
@@ -194,11 +211,14 @@ class WalltimeGuard:
 
     def allows(self, trial_id: str, iterations: int, ranks: int) -> bool:
         """Whether `iterations` more iterations of `trial_id` on `ranks` ranks end before the
-        deadline (see the class docstring for the estimate)."""
+        deadline, a restart included where `ranks` differs from the trial's last (see the
+        class docstring for the estimate)."""
         per_iteration = self.seconds_per_iteration(trial_id, ranks)
         if per_iteration is None:
             return not self.exhausted()
-        need = iterations * per_iteration
+        last = self._last.get(trial_id)
+        need = iterations * per_iteration + (
+            self.restart_s() if last is not None and last[0] != ranks else 0.0)
         return need <= self.remaining_s() or need > self.span_s - self.margin_s
 
     def stop_run(self, reason: str) -> None:

@@ -1,0 +1,81 @@
+"""Every reach of RASDA into Ray Tune's private parts, in one place, as read from Ray 2.60.0.
+
+Ray names none of these public; tests/test_rasda.py (`test_ray_still_has_what_rasda_reads`)
+checks each against the installed Ray and fails loudly when one is gone or changed:
+  - AsyncHyperBandScheduler._trial_info (trial id -> _Bracket) and _Bracket._rungs
+    ([(milestone, {trial id: value})]): the rungs a trial passed;
+  - the controller's _resource_updater.get_num_cpus()/get_num_gpus(): the cluster's size;
+  - TrialRunnerWrapper._tune_controller: schedulers get a wrapper that warns on any name
+    not on its list; update_max_pending_trials is not on it;
+  - TuneController.update_max_pending_trials(n) (public on the controller, n >= 1; 0 or
+    None means Ray's default) and ._cleanup_cached_actors(force_all) with ._actor_cache.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+RAY_VERSION = "2.60.0"  # the version these were read from
+
+
+def controller_of(view: Any) -> Any:
+    """The TuneController behind what a scheduler is given (a TrialRunnerWrapper from
+    on_trial_add/choose_trial_to_run, the controller itself from on_trial_error/complete)."""
+    return getattr(view, "_tune_controller", view)
+
+
+def rungs_passed(scheduler: Any, trial_id: str) -> int:
+    """How many of its bracket's rungs recorded this trial (0: unknown to the scheduler)."""
+    bracket = scheduler._trial_info.get(trial_id)
+    if bracket is None:
+        return 0
+    return sum(1 for _, recorded in bracket._rungs if trial_id in recorded)
+
+
+def cluster_total(view: Any) -> dict[str, float]:
+    """The cluster's CPUs and GPUs, as Tune last read them."""
+    updater = controller_of(view)._resource_updater
+    return {"CPU": float(updater.get_num_cpus()), "GPU": float(updater.get_num_gpus())}
+
+
+def bound_pending_trials(view: Any, count: int) -> None:
+    """Let Tune keep at most `count` (>= 1) trials pending with placement groups requested:
+    each one takes the next devices that free up, before a grown trial."""
+    controller_of(view).update_max_pending_trials(max(1, count))
+
+
+def drop_cached_actors(view: Any) -> None:
+    """Stop the actors Tune keeps for reuse (reuse_actors): a growing trial's old actor, kept
+    with its placement group, would go to a pending trial of its old shape or hold devices
+    that the grown placement group needs."""
+    controller = controller_of(view)
+    cache = getattr(controller, "_actor_cache", None)
+    if cache is not None and cache.num_cached_objects:
+        controller._cleanup_cached_actors(force_all=True)
+
+
+def missing() -> list[str]:
+    """What this module reads that the installed Ray lacks (empty: all there)."""
+    from ray.tune.execution.tune_controller import TrialRunnerWrapper, TuneController
+    from ray.tune.execution.tune_controller import _ObjectCache as ObjectCache
+    from ray.tune.schedulers.async_hyperband import AsyncHyperBandScheduler, _Bracket
+
+    gaps = []
+    asha = AsyncHyperBandScheduler(max_t=4, grace_period=1, reduction_factor=2)
+    if not isinstance(getattr(asha, "_trial_info", None), dict):
+        gaps.append("AsyncHyperBandScheduler._trial_info")
+    rungs = getattr(_Bracket(1, 4, 2, 0), "_rungs", None)
+    if not (isinstance(rungs, list) and rungs and isinstance(rungs[0][1], dict)):
+        gaps.append("_Bracket._rungs as [(milestone, {trial id: value})]")
+    wants = {TuneController: ("_resource_updater", "_actor_cache", "update_max_pending_trials",
+                              "_cleanup_cached_actors"),
+             TrialRunnerWrapper: ("_tune_controller",), ObjectCache: ("num_cached_objects",)}
+    for cls, names in wants.items():
+        source = inspect.getsource(cls)
+        gaps += [f"{cls.__name__}.{n}" for n in names if f"{n}" not in source]
+    for method, params in ((TuneController.update_max_pending_trials, ["max_pending_trials"]),
+                           (TuneController._cleanup_cached_actors, ["force_all"])):
+        if list(inspect.signature(method).parameters)[1:] != params:
+            gaps.append(f"{method.__qualname__}{inspect.signature(method)}")
+    return gaps

@@ -4,7 +4,6 @@ ASHA on 1 rank per trial and once with RASDA growing promoted trials from 1 to 2
 
     python benchmarks/rasda.py                         # one pair, prints the table
     python benchmarks/rasda.py --repeats 2 --markdown docs/benchmarks.md
-    python benchmarks/rasda.py --scaling-out /tmp/scaling.json   # for benchmarks/rasda_sim.py
 
 Time to target: from starting the `hpo run` process to the first result (of any trial) at or
 above the target, by default the best val_accuracy of the ASHA run of the pair (whole process,
@@ -190,8 +189,6 @@ def main() -> None:
     parser.add_argument("--max-concurrent", type=int,
                         help="trials at a time (1: a core left free for growth)")
     parser.add_argument("--markdown", type=Path, help="write the rasda section of this file")
-    parser.add_argument("--scaling-out", type=Path,
-                        help="write the measured speed-up by ranks for benchmarks/rasda_sim.py")
     args = parser.parse_args()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hpo-bench-rasda-") as tmp:
@@ -199,15 +196,6 @@ def main() -> None:
     text = report(args, pairs, time.monotonic() - started)
     if args.markdown:
         write_section(args.markdown, "rasda", text)
-    if args.scaling_out and len(scaling(pairs)) < 2:
-        log(f"no result on 2 ranks: {args.scaling_out} not written")
-    elif args.scaling_out:
-        iters = scaling(pairs)
-        base = iters.get(1, math.nan)
-        args.scaling_out.write_text(json.dumps({
-            "speedup": {str(r): base / s for r, s in iters.items()},
-            "source": f"measured: median time_this_iter_s by ranks in the RASDA runs of "
-                      f"benchmarks/rasda.py on {machine()}"}, indent=1))
 
 
 if __name__ == "__main__":

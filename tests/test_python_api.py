@@ -140,7 +140,9 @@ def test_a_class_under_pbt_exploits_with_reset_config(tmp_path: Path) -> None:
     spec = _spec(tmp_path, "pbt", num_samples=4, search_space={"lr": {"uniform": [0.1, 1.0]}},
                  stop={"training_iteration": 6}, search={"type": "random", "seed": 0},
                  resources={"cpus_per_trial": 0.5},
-                 scheduler={"type": "pbt", "perturbation_interval": 2,
+                 # synch: the population waits at each perturbation, so the exploit does
+                 # not hang on the order in which trials arrive there (flaky under load)
+                 scheduler={"type": "pbt", "perturbation_interval": 2, "synch": True,
                             "hyperparam_mutations": {"lr": {"uniform": [0.1, 1.0]}}})
     result = hpo.run(spec, trainable=Resettable, num_cpus=CPUS)
     assert result.errors == 0 and set(result.dataframe["iterations"]) == {6}

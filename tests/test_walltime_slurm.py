@@ -4,7 +4,7 @@ with its state saved, requeues through the sbatch script's walltime path and fin
 
 Slurm's shortest time limit (1 min) would make these tests long and its own warning come at
 an unknown moment up to a minute early, so the experiment's job keeps a 20 min limit and its
-set-up line exports SLURM_JOB_END_TIME (as newer Slurm sets it) 45 s after its first start;
+set-up line exports SLURM_JOB_END_TIME (as newer Slurm sets it) 35 s after its first start;
 the requeued run reads the real end from squeue and finishes.
 """
 
@@ -57,10 +57,11 @@ def test_the_allocation_end_comes_from_squeue(slurm: SlurmTestCluster) -> None:
 
 def test_run_stops_at_the_end_minus_the_margin_requeues_and_finishes(
         slurm: SlurmTestCluster, outputs: list[str]) -> None:
-    # Two 30 s trials side by side cannot fit into the first start's 37 s (45 s - the margin,
-    # Ray's start included): both are running, with checkpoints, when the guard stops them.
+    # Two 30 s trials side by side cannot fit into the first start's 27 s (35 s - the margin,
+    # Ray's start included; at 45 s an idle machine finished them in time): both are
+    # running, with checkpoints, when the guard stops them.
     first = ('if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then '
-             'export SLURM_JOB_END_TIME=$(( $(date +%s) + 45 )); fi')
+             'export SLURM_JOB_END_TIME=$(( $(date +%s) + 35 )); fi')
     space = _space(slurm, "deadline", nodes=1, samples=2, steps=30, sleep=1.0,
                    extra="max_concurrent: 2\n", slurm_extra=f"  setup: ['{first}']\n")
     space.write_text(space.read_text().replace("signal_seconds: 60", "signal_seconds: 8"))

@@ -166,12 +166,9 @@ def _send_from_rank(link: RankLink, metrics: dict[str, Any], checkpoint: Any,
 def _written(checkpoint: Any, reports: int) -> Iterator[Path]:
     """A temporary folder holding the checkpoint as hpo stores it (tune.report has copied it
     to storage before it returns)."""
-    folder = scratch_folder("hpo-ckpt")
-    try:
+    with checkpoint_in_transit() as folder:
         _write_checkpoint(folder, checkpoint, reports)
         yield folder
-    finally:
-        remove_scratch(folder)
 
 
 def _write_checkpoint(folder: Path, checkpoint: Any, reports: int) -> None:
@@ -271,6 +268,17 @@ def scratch_folder(kind: str) -> Path:
     folder = Path(tempfile.mkdtemp(prefix=f"{kind}-{os.getpid()}@{socket.gethostname()}@"))
     _made.add(folder)
     return folder
+
+
+@contextlib.contextmanager
+def checkpoint_in_transit() -> Iterator[Path]:
+    """A scratch folder for a checkpoint on its way to tune.report (which copies it to
+    storage before it returns), removed after."""
+    folder = scratch_folder("hpo-ckpt")
+    try:
+        yield folder
+    finally:
+        remove_scratch(folder)
 
 
 def restore_folder() -> Path:

@@ -48,9 +48,6 @@ class HeldStop(Callback):
 
     def __init__(self, grace_s: float = 20.0) -> None:
         self.grace_s = grace_s
-        self._reset()
-
-    def _reset(self) -> None:
         self._tune: Callable[[int, Any], None] | None = None
         self._held: tuple[int, Any, float] | None = None
 

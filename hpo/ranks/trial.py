@@ -13,7 +13,7 @@ from hpo import cost
 from hpo.ranks import pool
 from hpo.ranks.channel import Files, pack_folder, unpack_folder
 from hpo.ranks.rank import RankEnd, run_rank
-from hpo.session import Trainable, remove_scratch, scratch_folder, trial_folder
+from hpo.session import Trainable, checkpoint_in_transit, trial_folder
 from hpo.spec.model import Distributed
 
 
@@ -129,13 +129,10 @@ def _report(metrics: dict[str, Any], files: Files | None) -> None:
     if files is None:
         tune.report(metrics)
         return
-    folder = scratch_folder("hpo-ckpt")  # swept if this process is killed meanwhile
-    try:
+    with checkpoint_in_transit() as folder:
         checkpoint = tune.Checkpoint.from_directory(unpack_folder(files, folder))
         cost.record(checkpoint, totals)
-        tune.report(metrics, checkpoint=checkpoint)  # copied to storage before it returns
-    finally:
-        remove_scratch(folder)
+        tune.report(metrics, checkpoint=checkpoint)
 
 
 def _cause(exc: Exception) -> str:

@@ -204,6 +204,14 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}){mem}, no GPU, {platform.system()} {platform.release()}"
 
 
+def env_with_root(**extra: str) -> dict[str, str]:
+    """This process's environment for a child that imports hpo from this checkout: the
+    checkout first on PYTHONPATH, whatever was there (an offline install's --target) kept."""
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def versions() -> str:
     import importlib.metadata as md
 

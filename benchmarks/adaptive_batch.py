@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import (  # noqa: E402
+    env_with_root,
     hpo_run_command,
     log,
     machine,
@@ -77,7 +77,7 @@ def run_variant(args: argparse.Namespace, tmp: Path, name: str,
     path.write_text(yaml.safe_dump(spec))
     wait_until_quiet(timeout_s=args.quiet_timeout, log=log)
     done = run_timed(hpo_run_command(path, tmp / "runs", name, cpus=max(args.cpus, 1)),
-                     cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout_s=3600)
+                     cwd=ROOT, env=env_with_root(), timeout_s=3600)
     if done.returncode:
         raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
     (result,) = (tmp / "runs" / name).glob("*/result.json")

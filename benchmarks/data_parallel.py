@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import (  # noqa: E402
+    env_with_root,
     hpo_run_command,
     log,
     machine,
@@ -53,7 +53,7 @@ def _experiment(tmp: Path, name: str, constants: dict[str, Any], backend: str | 
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     cmd = hpo_run_command(path, tmp / "results", name, cpus=2)
-    timed = run_when_quiet(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    timed = run_when_quiet(cmd, env=env_with_root(),
                            quiet_timeout=300, run_timeout=1800)
     if timed.returncode:
         raise SystemExit(f"{name} failed:\n{timed.stderr[-2000:]}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -209,23 +210,35 @@ def _guarded(name: str, step: Any, *call_args: Any) -> Step:
     return result
 
 
-def run_steps(args: argparse.Namespace, tmp: Path) -> list[Step]:
-    """The steps, most telling first: a time-capped run that ends early still says most."""
-    steps = [_guarded("install", step_install), _guarded("build plan", step_build_plan)]
-    one = _guarded("1-GPU trial", step_one_gpu, args, tmp)
-    one, alone_epoch = one if isinstance(one, tuple) else (one, 0.25)
-    steps.append(one)
+def run_steps(args: argparse.Namespace, tmp: Path, shown: Any) -> list[Step]:
+    """The steps, most telling first; `shown(steps)` after each, so that a run killed at its
+    time limit has still written the rows it measured."""
+    steps: list[Step] = []
+
+    def add(name: str, step: Any, *call_args: Any) -> Any:
+        if args.only and name not in args.only:
+            return None
+        result = _guarded(name, step, *call_args)
+        steps.append(result[0] if isinstance(result, tuple) else result)
+        shown(steps)
+        return result
+
+    add("install", step_install)
+    add("build plan", step_build_plan)
+    one = add("1-GPU trial", step_one_gpu, args, tmp)
+    alone_epoch = one[1] if isinstance(one, tuple) else 0.25
     if "warm ranks" not in args.skip:
-        steps.append(_guarded("warm ranks", step_warm_ranks, args))
-    steps += [_guarded("1-rank ddp", step_ranks, args, tmp, "ddp"),
-              _guarded("1-rank horovod", step_ranks, args, tmp, "horovod"),
-              _guarded("10 s trial", step_ten_second_trial, args, tmp, alone_epoch)]
+        add("warm ranks", step_warm_ranks, args)
+    add("1-rank ddp", step_ranks, args, tmp, "ddp")
+    add("1-rank horovod", step_ranks, args, tmp, "horovod")
+    add("10 s trial", step_ten_second_trial, args, tmp, alone_epoch)
     if "standalone" not in args.skip:
-        steps.append(_guarded("standalone", step_standalone, args))
-    steps += [_guarded("packing", step_packing, args, tmp, alone_epoch),
-              Step("data-parallel efficiency 1..N GPUs", "not measurable on one GPU", 0.0, None)]
+        add("standalone", step_standalone, args)
+    add("packing", step_packing, args, tmp, alone_epoch)
+    steps.append(Step("data-parallel efficiency 1..N GPUs", "not measurable on one GPU", 0.0,
+                      None))
     if "adaptive batch" not in args.skip:
-        steps.append(_guarded("adaptive batch", step_adaptive, args))
+        add("adaptive batch", step_adaptive, args)
     return steps
 
 
@@ -237,16 +250,19 @@ def device_name(cpu_check: bool) -> str:
     return f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
 
 
-def report(args: argparse.Namespace, steps: list[Step], took_s: float) -> str:
+def report(args: argparse.Namespace, steps: list[Step], took_s: float, final: bool) -> str:
     header = ["step", "finding", "wall", "ok"]
     rows = [[s.name, s.finding, f"{s.seconds:.1f} s" if s.seconds else "-",
              "skipped" if s.ok is None else "yes" if s.ok else "NO"] for s in steps]
-    print(text_table(header, rows))
+    if final:
+        print(text_table(header, rows))
+    partial = "" if final else " Partial: the rows measured before the run ended."
     command = "python benchmarks/gpu.py " + " ".join(sys.argv[1:])
     return "\n".join([
         "## The GPU path end to end", "",
         f"Command: `{command}` (run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"took {took_s / 60:.1f} min). Device: {device_name(args.cpu_check)}; {versions()}.", "",
+        f"took {took_s / 60:.1f} min). Device: {device_name(args.cpu_check)}; {versions()}."
+        f"{partial}", "",
         "`trainables.images` at 32x32, width 32, 16384 images, global batch 256, 6 epochs; "
         "per-epoch times are medians without the first epoch.", "", md_table(header, rows)])
 
@@ -258,11 +274,15 @@ def main() -> None:
     parser.add_argument("--cpus", type=int, default=None, help="CPUs of the embedded Ray")
     parser.add_argument("--cpus-per-trial", type=int, default=None,
                         help="CPUs of each trial or rank (default 2; 1 with --cpu-check)")
-    parser.add_argument("--standalone-args", nargs="*", default=[],
-                        help="extra arguments for benchmarks/trial_vs_standalone.py")
+    parser.add_argument("--standalone-args", type=shlex.split, default=[],
+                        help='extra arguments for benchmarks/trial_vs_standalone.py, one string: '
+                             '--standalone-args="--rounds 2"')
     parser.add_argument("--markdown", type=Path, help="rewrite the gpu section of this file")
     parser.add_argument("--skip", nargs="*", default=[],
                         choices=["standalone", "warm ranks", "adaptive batch"])
+    parser.add_argument("--only", nargs="*", default=[], help="run only these steps",
+                        choices=["1-GPU trial", "warm ranks", "1-rank ddp", "1-rank horovod",
+                                 "10 s trial", "standalone", "packing", "adaptive batch"])
     parser.add_argument("--adaptive-timeout", type=float, default=240,
                         help="seconds the adaptive-batch step may take")
     args = parser.parse_args()
@@ -273,11 +293,15 @@ def main() -> None:
     if args.cpu_check:
         IMAGES.update(train_size=2048, val_size=512, epochs=3, width=8, image_size=16)
     started = time.monotonic()
+
+    def shown(steps: list[Step], final: bool = False) -> None:
+        text = report(args, steps, time.monotonic() - started, final)
+        if args.markdown:
+            write_section(args.markdown, "gpu", text)
+
     with tempfile.TemporaryDirectory(prefix="hpo-gpu-") as tmp:
-        steps = run_steps(args, Path(tmp))
-    text = report(args, steps, time.monotonic() - started)
-    if args.markdown:
-        write_section(args.markdown, "gpu", text)
+        steps = run_steps(args, Path(tmp), shown)
+    shown(steps, final=True)
     sys.exit(0 if all(s.ok is not False for s in steps) else 1)
 
 

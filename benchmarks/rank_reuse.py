@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import (  # noqa: E402
+    env_with_root,
     hpo_run_command,
     log,
     machine,
@@ -76,7 +77,7 @@ def _run(tmp: Path, name: str, args: argparse.Namespace, backend: str,
                             "cpus_per_worker": 1, "gpus_per_worker": gpus}}
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HPO_RANK_REUSE": "1" if reuse else "0"}
+    env = env_with_root(HPO_RANK_REUSE="1" if reuse else "0")
     timed = run_timed(hpo_run_command(path, tmp / "results", name, cpus=args.cpus), cwd=ROOT,
                       env=env, timeout_s=1800)
     if timed.returncode:

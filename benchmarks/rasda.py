@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import (  # noqa: E402
+    env_with_root,
     hpo_run_command,
     log,
     machine,
@@ -82,7 +82,7 @@ def measure(tmp: Path, variant: str, name: str, args: argparse.Namespace) -> dic
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec(variant, name, args.max_concurrent)))
     cmd = hpo_run_command(path, tmp / "runs", name, cpus=2)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = env_with_root()
     timed = run_when_quiet(cmd, env=env, quiet_timeout=args.quiet_timeout, run_timeout=1800)
     if timed.returncode:
         raise SystemExit(f"{name} failed (rc {timed.returncode}):\n{timed.stderr[-3000:]}")

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import (  # noqa: E402
+    env_with_root,
     hpo_run_command,
     log,
     machine,
@@ -88,7 +89,7 @@ def standalone_child(config: dict[str, Any], threads: int) -> None:
 
 
 def run_standalone(config: dict[str, Any], args: argparse.Namespace) -> tuple[list[dict], float]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = env_with_root()
     if args.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     cmd = [sys.executable, __file__, "--child", json.dumps(config), "--cpus", str(args.cpus)]
@@ -107,7 +108,7 @@ def run_hpo(config: dict[str, Any], args: argparse.Namespace, tmp: Path,
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     cmd = hpo_run_command(path, tmp / "runs", name, cpus=args.cpus)
-    timed_run = run_timed(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    timed_run = run_timed(cmd, cwd=ROOT, env=env_with_root(),
                           timeout_s=args.timeout)
     if timed_run.returncode:
         raise SystemExit(f"hpo run failed:\n{timed_run.stderr[-3000:]}")

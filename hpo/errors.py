@@ -42,6 +42,12 @@ class SlurmEnvironmentError(HpoError):
     exit_code = 2
 
 
+class NotRunningError(HpoError):
+    """The study is not running (no head job to join)."""
+
+    exit_code = 5
+
+
 class ClusterStartError(HpoError):
     """The job's own Ray cluster did not come up on every node of the allocation."""
 

@@ -1,4 +1,5 @@
-"""`hpo slurm render|submit|run|check`: sbatch scripts from the YAML, and what runs in them."""
+"""`hpo slurm render|submit|join|run|check`: sbatch scripts from the YAML, and what runs in
+them."""
 
 from __future__ import annotations
 
@@ -83,16 +84,20 @@ _SBATCH_OPTIONS: dict[str, tuple[Any, Any]] = {  # name: (type, typer option)
 }
 
 
-def with_sbatch_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Give a typer command the seven SbatchOptions flags; it receives them as `sbatch`."""
+def with_sbatch_options(command: Callable[..., Any],
+                        without: tuple[str, ...] = ()) -> Callable[..., Any]:
+    """Give a typer command the SbatchOptions flags (but `without`); it receives them as
+    `sbatch`."""
     signature = inspect.signature(command, eval_str=True)
     kept = [p for p in signature.parameters.values() if p.name != "sbatch"]
-    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                               annotation=kind) for name, (kind, option) in _SBATCH_OPTIONS.items()]
+    names = [name for name in _SBATCH_OPTIONS if name not in without]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                               default=_SBATCH_OPTIONS[name][1],
+                               annotation=_SBATCH_OPTIONS[name][0]) for name in names]
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        sbatch = SbatchOptions(**{name: kwargs.pop(name) for name in _SBATCH_OPTIONS})
+        sbatch = SbatchOptions(**{name: kwargs.pop(name) for name in names})
         return command(*args, sbatch=sbatch, **kwargs)
 
     wrapper.__signature__ = signature.replace(parameters=kept + added)  # type: ignore[attr-defined]
@@ -129,18 +134,75 @@ def submit(space: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdir,
            overrides: list[str] | None = SetOption) -> None:
     """Render the sbatch script for SPACE.yaml, submit it with sbatch, print the job id."""
     text = _render(space, overrides, site, storage, name, workdir, sbatch)
-    if shutil.which("sbatch") is None:
-        raise SlurmEnvironmentError("sbatch not found. Hint: submit from a login node of the "
-                                    "cluster, or `hpo slurm render -o job.sbatch` and copy it")
     if output is not None:
         output.write_text(text)
+    out.print(_sbatch(text, str(space)), highlight=False)
+
+
+def _sbatch(text: str, what: str) -> str:
+    """Submit a script with sbatch; the job id."""
+    if shutil.which("sbatch") is None:
+        raise SlurmEnvironmentError("sbatch not found. Hint: submit from a login node of the "
+                                    "cluster, or write the script with -o and copy it")
     done = subprocess.run(["sbatch", "--parsable"], input=text, capture_output=True,
                           text=True, check=False)
     if done.returncode:
         message = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise ConfigError(str(space), "sbatch", f"rejected the job: {message}",
+        raise ConfigError(what, "sbatch", f"rejected the job: {message}",
                           "check partition/account/time with your site's documentation")
-    out.print(done.stdout.strip().split(";")[0], highlight=False)
+    return done.stdout.strip().split(";")[0]
+
+
+@slurm_app.command()
+@guarded
+@functools.partial(with_sbatch_options, without=("requeue",))  # a joined job just leaves
+def join(experiment: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdir,
+         output: Path | None = typer.Option(None, "-o", "--output",
+                                            help="Also keep the script here."),
+         site: str | None = Site,
+         dry_run: bool = typer.Option(False, "--dry-run", metavar="",
+                                      help="Print the script; submit nothing.")) -> None:
+    """Submit a job whose nodes join the running study EXPERIMENT (its folder) as more Ray
+    workers; they leave by themselves when the study's job ends."""
+    from hpo.cluster.join import join_point, render_join
+    from hpo.spec.slurm import SlurmSettings, merged_settings
+
+    exp_dir = experiment.expanduser().resolve()
+    point = join_point(exp_dir)  # refused here, before anything is submitted
+    settings = merged_settings(SlurmSettings.model_validate(point.slurm), site, sbatch.given(),
+                               str(exp_dir))
+    text = render_join(exp_dir, point.name, settings,
+                       str(workdir or settings.workdir or Path.cwd()))
+    if output is not None:
+        output.write_text(text)
+    if dry_run:
+        out.file.write(text)
+        return
+    out.print(_sbatch(text, str(exp_dir)), highlight=False)
+
+
+@slurm_app.command()
+@guarded
+def status(experiment: Path) -> None:
+    """The Slurm jobs and nodes of the running study EXPERIMENT (its folder)."""
+    from hpo.cluster.join import join_point, members
+
+    point = join_point(experiment.expanduser().resolve())
+    for node in members(point):
+        job = node.get("job_id") or point.job_id
+        role = "head job" if str(job) == point.job_id else "joined job"
+        out.print(f"{role} {job}: {node['name']} ({node['ip']}), {node['cpus']} CPUs, "
+                  f"{node['gpus']} GPUs", highlight=False)
+
+
+@slurm_app.command(hidden=True)
+@guarded
+def worker(experiment: Path) -> None:
+    """Inside a join job's allocation: Ray workers joined to the study, until they leave."""
+    from hpo.cluster.join import run_joined
+
+    raise typer.Exit(run_joined(experiment.expanduser().resolve(),
+                                report=lambda line: err.print(line, highlight=False)))
 
 
 @slurm_app.command("run")

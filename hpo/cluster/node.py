@@ -1,8 +1,11 @@
-"""One Ray node of a Slurm job: `python -m hpo.cluster.node head|worker JOB_DIR` (via srun).
+"""One Ray node of a Slurm job: `python -m hpo.cluster.node head|worker|join JOB_DIR` (srun).
 
 It picks this node's address and a free port block, publishes them in the job dir (shared
 file system), runs `ray start --block` with the job's token, passes SIGTERM/SIGINT on to it
-and removes its node-local temp dir when Ray has stopped.
+and removes its node-local temp dir when Ray has stopped. A `join` node belongs to another
+job than the head's (`hpo slurm join`): it leaves when its own job asks (a leave file), when
+the head's job stops or is gone, and drains itself first, so that Ray places nothing more
+there and its trials' actors die as preempted (Tune counts no failure).
 """
 
 from __future__ import annotations
@@ -27,6 +30,18 @@ from hpo.cluster.slurm_env import NodeShare, lookup, ray_node_env
 HEAD_FILE, CONFIG_FILE, TOKEN_FILE, NODES_DIR = "head.json", "config.json", "auth_token", "nodes"
 STOP_FILE = "stop"
 STOP_GRACE_S = 5.0
+ROLES = ("head", "worker", "join")
+
+
+def node_file(job_dir: Path, name: str, job_id: str | None = None) -> Path:
+    """Where a node publishes itself: `nodes/NAME.json` for the head's own job, with
+    `@JOBID` for a joined job's node (it may share a host with the head's)."""
+    return job_dir / NODES_DIR / (f"{name}@{job_id}.json" if job_id else f"{name}.json")
+
+
+def leave_file(job_dir: Path, job_id: str) -> Path:
+    """A joined job's request to its nodes: drain and leave."""
+    return job_dir / NODES_DIR / f"leave-{job_id}"
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -65,9 +80,9 @@ def start_args(role: str, job_dir: Path, env: dict[str, str]) -> list[str]:
         write_json(job_dir / HEAD_FILE, {"address": f"{ip}:{ports.gcs}", "ip": ip})
     else:
         head_address = wait_for_file(job_dir / HEAD_FILE, config["timeout"])["address"]
-    write_json(job_dir / NODES_DIR / f"{share.name}.json",
+    write_json(node_file(job_dir, share.name, job_id if role == "join" else None),
                {"name": share.name, "ip": ip, "cpus": share.cpus, "gpus": len(share.gpus),
-                "port_block": ports.base})
+                "port_block": ports.base, "job_id": job_id, "role": role})
     return ray_start_args(ray_executable(), ip=ip, ports=ports, share=share,
                           temp_dir=temp_dir, head_address=head_address,
                           dashboard=config.get("dashboard", False))
@@ -131,12 +146,16 @@ def main(role: str, job_dir: Path) -> int:
     stopping: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda sig, _frame: stopping.append(sig))
+    job_id = lookup(env, "job_id") or "0"
     try:
         # The batch script asks for the stop with a file on the shared file system: a
         # signal through srun would reach every process of the step (raylet included).
-        while ray.poll() is None and not stopping and not (job_dir / STOP_FILE).exists():
+        while ray.poll() is None and not stopping and not _asked_to_stop(role, job_dir, job_id):
             time.sleep(0.2)
         if ray.poll() is None:
+            if role == "join" and (stopping or leave_file(job_dir, job_id).exists()):
+                # this job leaves a running study (not when the head's job is gone)
+                _drain(job_dir, args, reason=f"Slurm job {job_id} leaves the study")
             stop_tree(ray)
             return 0
         return ray.returncode
@@ -144,7 +163,28 @@ def main(role: str, job_dir: Path) -> int:
         shutil.rmtree(private_dir, ignore_errors=True)
 
 
+def _asked_to_stop(role: str, job_dir: Path, job_id: str) -> bool:
+    if role != "join":
+        return (job_dir / STOP_FILE).exists()
+    # the head's job may delete its folder right after the stop file: both mean "leave"
+    return (not job_dir.exists() or (job_dir / STOP_FILE).exists()
+            or leave_file(job_dir, job_id).exists())
+
+
+def _drain(job_dir: Path, args: list[str], reason: str) -> None:
+    """Tell Ray this node goes away now (a preemption drain with its deadline reached): no
+    more work is placed here, and actors that die with it count as preempted."""
+    from hpo.cluster.ray_drain import drain_node
+
+    option = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
+    try:
+        drain_node(job_dir / TOKEN_FILE, option["--address"], option["--node-ip-address"],
+                   int(option["--node-manager-port"]), reason)
+    except Exception as exc:  # the head may be gone already: leaving goes on regardless
+        print(f"hpo: drain of this node not accepted ({exc}); stopping Ray anyway", flush=True)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("head", "worker"):
-        sys.exit("usage: python -m hpo.cluster.node head|worker JOB_DIR")
+    if len(sys.argv) != 3 or sys.argv[1] not in ROLES:
+        sys.exit("usage: python -m hpo.cluster.node head|worker|join JOB_DIR")
     sys.exit(main(sys.argv[1], Path(sys.argv[2])))

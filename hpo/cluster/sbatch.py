@@ -93,10 +93,17 @@ def render_sbatch(name: str, space: str, settings: SlurmSettings, *, workdir: st
     command = hpo_command(space, storage, run_name, site, overrides)
     run = (_REQUEUE_RUN.format(seconds=settings.signal_seconds, command=command)
            if settings.requeue else command + "\n")
+    return fill_template(template, space, sbatch_options(name, settings),
+                         environment(settings, workdir), run)
+
+
+def fill_template(template: Path, space: str, options: Sequence[str],
+                  environment_lines: Sequence[str], run: str) -> str:
+    """The template with its four parts filled in."""
     values = {
         "space": space,
-        "sbatch_options": "\n".join(f"#SBATCH {o}" for o in sbatch_options(name, settings)),
-        "environment": "\n".join(environment(settings, workdir)),
+        "sbatch_options": "\n".join(f"#SBATCH {o}" for o in options),
+        "environment": "\n".join(environment_lines),
         "run": run.rstrip("\n"),
     }
     text = template.read_text()

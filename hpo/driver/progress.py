@@ -108,11 +108,15 @@ class LiveProgress(TrialProgressCallback):
         names = [metric for metric, _ in self.objectives]
         # data-parallel trials' rank counts (rasda grows them at rungs)
         ranked = any("ranks" in self._latest.get(t.trial_id, {}) for t in running)
-        columns = ["trial", "iter", *(["ranks"] if ranked else []), *names, "config"]
+        # the node, once trials run on several (a Slurm job's nodes, joined jobs' nodes)
+        hosts = {self._latest.get(t.trial_id, {}).get("hostname") for t in running} - {None}
+        columns = ["trial", "iter", *(["node"] if len(hosts) > 1 else []),
+                   *(["ranks"] if ranked else []), *names, "config"]
         table = Table(*columns, box=None, pad_edge=False)
         for trial in running:
             result = self._latest.get(trial.trial_id, {})
             ranks = [str(result.get("ranks", "-"))] if ranked else []
+            ranks = ([str(result.get("hostname", "-"))] if len(hosts) > 1 else []) + ranks
             table.add_row(trial.trial_id, str(result.get("training_iteration", 0)), *ranks,
                           *(_value(result.get(name)) for name in names),
                           _short(trial.config))

@@ -26,9 +26,9 @@ from hpo.driver import storage_faults
 from hpo.driver.run_dir import private_run_dir
 
 # Ray's loggers and hpo's driver-side ones (rasda's growths and walltime holds, stops, cut
-# histories) go to hpo.log.
+# histories, trials that lost their node) go to hpo.log.
 _RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.data", "hpo.rasda", "hpo.stops",
-                "hpo.history")
+                "hpo.history", "hpo.node_loss")
 
 
 class _RunLog(logging.FileHandler):

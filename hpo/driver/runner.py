@@ -264,10 +264,12 @@ def _saved_spec(exp_dir: Path, source: str, trainable: Any) -> Spec:
 def _fit(tuner: Any, spec: Spec) -> None:
     from ray.tune import TuneError
 
+    from hpo.driver.node_loss import node_losses_forgiven
     from hpo.driver.stops import signals_restored
 
     try:
-        with seeded_scheduler_draws(spec.search.seed), signals_restored():
+        with (seeded_scheduler_draws(spec.search.seed), signals_restored(),
+              node_losses_forgiven()):
             tuner.fit()
     except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
         if "did not include the specified metric" not in str(exc):

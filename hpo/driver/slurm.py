@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from hpo.cluster.bootstrap import ray_cluster
+from hpo.cluster.join import publish, withdraw
 from hpo.cluster.slurm_env import Allocation
 from hpo.driver.lease import experiment_lease
 from hpo.driver.runner import RunResult, resume, run
@@ -57,8 +58,13 @@ def run_in_allocation(spec: Spec, *, storage: str | None = None, name: str | Non
         if stop_flag.raised:
             raise RunError("stopped by USR1 before the experiment started. Hint: the job "
                            "requeues itself; the next run starts it")
-        if (exp_dir / SPEC_FILE).exists():
-            report(f"hpo: resuming {exp_dir} (restart {alloc.restart_count})")
-            return resume(exp_dir, cluster=cluster)
-        return run(spec, storage=str(exp_dir.parent), name=exp_dir.name, source=source,
-                   cluster=cluster)
+        # other jobs may join while it runs (`hpo slurm join`); gone before Ray stops
+        publish(exp_dir, alloc.job_id, cluster.token_file.parent, spec.name, spec.slurm)
+        try:
+            if (exp_dir / SPEC_FILE).exists():
+                report(f"hpo: resuming {exp_dir} (restart {alloc.restart_count})")
+                return resume(exp_dir, cluster=cluster)
+            return run(spec, storage=str(exp_dir.parent), name=exp_dir.name, source=source,
+                       cluster=cluster)
+        finally:
+            withdraw(exp_dir)

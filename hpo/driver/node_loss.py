@@ -1,0 +1,58 @@
+"""A trial whose node went away is not the trial's fault: Tune retries it from its last
+checkpoint without counting it against `failure.max_failures`.
+
+Ray 2.60 counts every actor death as a trial failure except one marked preempted (a node that
+ended during a preemption drain: a joined job's node that leaves, hpo.cluster.ray_drain). A
+node lost without warning (scancel's SIGTERM reaching the raylet first, a crash, a network
+cut) ends the trial's actor with "its node has died" and would be counted: with the default
+max_failures of 0 the trial would end in ERROR. scancel's SIGTERM may also reach the trial's
+own Ray worker before the node goes ("The process receives a SIGTERM": Slurm signals every
+process of a step, Ray's included). While a run fits, either death counts as a preemption, up
+to FORGIVEN times per trial (a trial that brings its node down again and again is failing).
+Read from Ray 2.60.0's Trial._handle_ray_actor_error and worker.py's SIGTERM handler;
+tests/test_join.py checks that both are still there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+RAY_VERSION = "2.60.0"  # the version this was read from
+NODE_DIED = "its node has died"  # Ray's ActorDiedError text for an actor lost with its node
+SIGTERMED = "The process receives a SIGTERM"  # a Ray worker's exit on a SIGTERM from outside
+FORGIVEN = 3
+_log = logging.getLogger("hpo.node_loss")
+
+
+def lost_with_its_node(exc: BaseException) -> bool:
+    """The trial's actor died with its node, or was stopped from outside (not preempted:
+    Ray does not count those already)."""
+    said = str(exc)
+    return (NODE_DIED in said or SIGTERMED in said) and not getattr(exc, "preempted", False)
+
+
+@contextlib.contextmanager
+def node_losses_forgiven() -> Iterator[None]:
+    """While the block runs, a trial actor lost with its node is retried, not counted."""
+    from ray.tune.experiment.trial import Trial
+
+    counted = Trial._handle_ray_actor_error
+
+    def handle(trial: Any, exc: Any) -> None:
+        forgiven = getattr(trial, "_hpo_node_losses", 0)
+        if lost_with_its_node(exc) and forgiven < FORGIVEN:
+            trial._hpo_node_losses = forgiven + 1
+            _log.warning("trial %s lost its node (or was stopped from outside); it goes on "
+                         "from its last checkpoint, not counted against max_failures",
+                         trial.trial_id)
+            return
+        counted(trial, exc)
+
+    Trial._handle_ray_actor_error = handle
+    try:
+        yield
+    finally:
+        Trial._handle_ray_actor_error = counted

@@ -13,7 +13,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpo.errors import ConfigError, ExperimentError, HpoError, RunError, TrainableImportError
+from hpo.errors import (
+    ClusterStartError,
+    ConfigError,
+    ExperimentError,
+    HpoError,
+    LeaseError,
+    NotRunningError,
+    RunError,
+    SlurmEnvironmentError,
+    StorageError,
+    TrainableImportError,
+)
 from hpo.session import get_checkpoint, report
 
 if TYPE_CHECKING:  # the driver imports Ray and pandas: only when a run starts
@@ -24,7 +35,9 @@ if TYPE_CHECKING:  # the driver imports Ray and pandas: only when a run starts
     from hpo.spec import Spec
 
 __all__ = [
-    "ConfigError", "ExperimentError", "HpoError", "RunError", "TrainableImportError",
+    "ClusterStartError", "ConfigError", "ExperimentError", "HpoError", "LeaseError",
+    "NotRunningError", "RunError", "SlurmEnvironmentError", "StorageError",
+    "TrainableImportError",
     "get_checkpoint", "load", "load_spec", "report", "resume", "run", "shutdown", "with_parameters",
 ]
 __version__ = "0.1.0"
@@ -71,7 +84,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Callable[..., An
         parameters: dict[str, Any] | None = None, callbacks: list[Any] | None = None,
         storage: str | None = None, name: str | None = None, num_cpus: int | None = None,
         source: str = "<spec>", cluster: RayCluster | None = None,
-        keep_ray: bool = True) -> RunResult:
+        keep_ray: bool = True, time_limit_s: float | None = None) -> RunResult:
     """Run an experiment on an embedded local Ray, or on a running cluster.
 
     Args:
@@ -89,6 +102,8 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Callable[..., An
         cluster: a running Ray cluster to use instead (a Slurm job's own).
         keep_ray: leave the embedded Ray running for the next run in this process (a
             notebook's next run skips Ray's start-up); `hpo.shutdown()` ends it.
+        time_limit_s: stop the run this many seconds from now, saved and resumable, as a
+            Slurm job's time limit would (`hpo run --time-limit`).
 
     Returns:
         RunResult: the folder, one row per trial (pandas) and the best config.
@@ -101,12 +116,13 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Callable[..., An
 
     return _run(spec, trainable=trainable, parameters=parameters, callbacks=callbacks,
                 storage=storage, name=name, num_cpus=num_cpus, source=source, cluster=cluster,
-                keep_ray=keep_ray)
+                keep_ray=keep_ray, time_limit_s=time_limit_s)
 
 
 def resume(experiment_dir: str | Path, *, trainable: Callable[..., Any] | None = None,
            parameters: dict[str, Any] | None = None, num_cpus: int | None = None,
-           cluster: RayCluster | None = None, keep_ray: bool = True) -> RunResult:
+           cluster: RayCluster | None = None, keep_ray: bool = True,
+           time_limit_s: float | None = None) -> RunResult:
     """Continue an interrupted experiment: finished trials stay, unfinished ones continue
     from their last checkpoint, errored ones are retried.
 
@@ -118,6 +134,7 @@ def resume(experiment_dir: str | Path, *, trainable: Callable[..., Any] | None =
         num_cpus: CPUs of the embedded Ray (default: all).
         cluster: a running Ray cluster to use instead.
         keep_ray: leave the embedded Ray running for the next run, as in `run`.
+        time_limit_s: as in `run`.
 
     Returns:
         RunResult, as `run` gives it.
@@ -125,7 +142,8 @@ def resume(experiment_dir: str | Path, *, trainable: Callable[..., Any] | None =
     from hpo.driver.runner import resume as _resume
 
     return _resume(experiment_dir, trainable=trainable, parameters=parameters,
-                   num_cpus=num_cpus, cluster=cluster, keep_ray=keep_ray)
+                   num_cpus=num_cpus, cluster=cluster, keep_ray=keep_ray,
+                   time_limit_s=time_limit_s)
 
 
 def with_parameters(trainable: Callable[..., Any], **objects: Any) -> WithParameters:

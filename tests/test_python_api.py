@@ -18,7 +18,6 @@ from ray import tune
 from ray.tune.utils.mock_trainable import MyTrainableClass
 
 import hpo
-from hpo.driver.runner import resume as cli_resume
 
 pytestmark = pytest.mark.slow
 CPUS = 2
@@ -75,7 +74,7 @@ def test_cli_resume_refuses_a_python_trainable_and_python_resume_takes_it(
         tmp_path: Path) -> None:
     path = hpo.run(_spec(tmp_path, "res"), trainable=train, num_cpus=CPUS).path
     with pytest.raises(hpo.ExperimentError, match=r"hpo\.resume\('.*res', trainable=train\)"):
-        cli_resume(path)  # what `hpo resume` calls
+        hpo.resume(path, keep_ray=False)  # what `hpo resume` calls
     assert hpo.resume(path, trainable=train, num_cpus=CPUS).best_config == {"x": 2}
 
 

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from conftest import ROOT, cli_invoke
 
+from hpo.cluster.slurm_env import job_end_time
 from hpo.driver.walltime import (
     WalltimeGuard,
     active,
     catches,
     current,
-    env_end_time,
     parse_end_time,
     query_end_time,
     scontrol_end_time,
@@ -74,7 +74,7 @@ def test_scontrol_end_time(text: str, end: float | None) -> None:
     ({}, None),
 ])
 def test_env_end_time(env: dict[str, str], end: float | None) -> None:
-    assert env_end_time(env) == end
+    assert job_end_time(env) == end
 
 
 @pytest.mark.parametrize(("mask", "signum", "caught"), [

@@ -87,12 +87,12 @@ def run(space: Path, storage: str | None = typer.Option(None, help="Results root
         cpus: int | None = typer.Option(None, help="CPUs of the embedded Ray."),
         time_limit: float | None = TimeLimit) -> None:
     """Run the experiment in SPACE.yaml; its folder is <storage>/<name>."""
-    from hpo.driver.runner import run as run_experiment
-    from hpo.spec.load import load_spec
+    import hpo
 
-    spec = load_spec(space, overrides)
-    finish(run_experiment(spec, storage=storage, name=name, num_cpus=cpus, source=str(space),
-                          time_limit_s=time_limit))
+    spec = hpo.load_spec(space, overrides)
+    # one process, one run: Ray ends with it
+    finish(hpo.run(spec, storage=storage, name=name, num_cpus=cpus, source=str(space),
+                   time_limit_s=time_limit, keep_ray=False))
 
 
 @app.command()
@@ -100,9 +100,9 @@ def run(space: Path, storage: str | None = typer.Option(None, help="Results root
 def resume(experiment_dir: Path, cpus: int | None = typer.Option(None),
            time_limit: float | None = TimeLimit) -> None:
     """Continue an interrupted experiment from its folder."""
-    from hpo.driver.runner import resume as resume_experiment
+    import hpo
 
-    finish(resume_experiment(experiment_dir, num_cpus=cpus, time_limit_s=time_limit))
+    finish(hpo.resume(experiment_dir, num_cpus=cpus, time_limit_s=time_limit, keep_ray=False))
 
 
 @app.command()

@@ -24,6 +24,7 @@ VARIABLES: dict[str, tuple[str, ...]] = {
     "gpus": ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"),
     "gpu_count": ("SLURM_GPUS_ON_NODE",),  # count-only GRES (gres.conf without File=)
     "restart_count": ("SLURM_RESTART_COUNT",),
+    "end_time": ("SLURM_JOB_END_TIME",),  # epoch seconds; Slurm 22.05 may not set it
 }
 
 _NOT_IN_JOB_HINT = ("run it inside an allocation: `hpo slurm submit SPACE.yaml` (or sbatch the "
@@ -37,6 +38,18 @@ def lookup(env: Mapping[str, str], name: str) -> str | None:
         if value:
             return value
     return None
+
+
+def job_end_time(env: Mapping[str, str]) -> float | None:
+    """The allocation's end from SLURM_JOB_END_TIME; None when unset or unreadable."""
+    value = lookup(env, "end_time") or ""
+    return float(value) if value.isdigit() and int(value) > 0 else None
+
+
+def restart_count(env: Mapping[str, str]) -> int:
+    """How often Slurm requeued this job (0 outside Slurm)."""
+    value = lookup(env, "restart_count") or "0"
+    return int(value) if value.isdigit() else 0
 
 
 def _split_top(text: str) -> list[str]:
@@ -149,8 +162,7 @@ class Allocation:
             raise SlurmEnvironmentError(f"SLURM_JOB_NUM_NODES={count} but SLURM_JOB_NODELIST="
                                         f"{nodelist!r} names {len(nodes)} node(s). Hint: do not "
                                         "set SLURM_* variables by hand")
-        restarts = lookup(env, "restart_count") or "0"
-        return cls(job_id, tuple(nodes), int(restarts) if restarts.isdigit() else 0)
+        return cls(job_id, tuple(nodes), restart_count(env))
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from hpo.cluster.slurm_env import lookup, restart_count
 from hpo.errors import LeaseError
 
 LEASE_FILE = "hpo.lease"
@@ -111,7 +112,7 @@ def me(env: Mapping[str, str] = os.environ, period_s: float | None = None) -> Ho
     pid = os.getpid()
     fields = _stat(pid)
     return Holder(socket.gethostname(), pid, fields[19] if fields else "",
-                  env.get("SLURM_JOB_ID", ""), int(env.get("SLURM_RESTART_COUNT", "0") or 0),
+                  lookup(env, "job_id") or "", restart_count(env),
                   period_s or float(env.get(PERIOD_ENV) or PERIOD_S), uuid.uuid4().hex)
 
 

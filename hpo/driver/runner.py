@@ -150,7 +150,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
         parameters: dict[str, Any] | None = None, callbacks: list[Any] | None = None,
         storage: str | None = None, name: str | None = None, num_cpus: int | None = None,
         source: str = "<spec>", cluster: RayCluster | None = None,
-        keep_ray: bool = False, time_limit_s: float | None = None) -> RunResult:
+        keep_ray: bool = True, time_limit_s: float | None = None) -> RunResult:
     """Run an experiment on an embedded Ray, or on `cluster` (a running one, e.g. a Slurm
     job's own); the folder is `<storage>/<name>`. `trainable` (a function or Ray Tune class)
     replaces the spec's; `parameters` reach every trial by reference; `callbacks` go to Tune;
@@ -214,7 +214,7 @@ def _portable(spec: Spec) -> dict[str, Any]:
 
 def resume(experiment_dir: str | Path, *, trainable: Any = None,
            parameters: dict[str, Any] | None = None, num_cpus: int | None = None,
-           cluster: RayCluster | None = None, keep_ray: bool = False,
+           cluster: RayCluster | None = None, keep_ray: bool = True,
            time_limit_s: float | None = None) -> RunResult:
     """Continue an interrupted experiment: finished trials stay, unfinished ones continue
     from their last checkpoint, errored ones are retried. One started from Python needs its

@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from hpo.cluster.slurm_env import job_end_time, lookup
+
 log = logging.getLogger("hpo.walltime")
 
 _SLURM_TIME = "%Y-%m-%dT%H:%M:%S"
@@ -62,12 +64,6 @@ def scontrol_end_time(text: str) -> float | None:
     return parse_end_time(match.group(1)) if match else None
 
 
-def env_end_time(env: Mapping[str, str]) -> float | None:
-    """SLURM_JOB_END_TIME (epoch seconds; newer Slurm sets it), None when unset or unreadable."""
-    value = env.get("SLURM_JOB_END_TIME", "").strip()
-    return float(value) if value.isdigit() and int(value) > 0 else None
-
-
 def catches(status: str, signum: int) -> bool:
     """Whether the process whose /proc/PID/status this is has a handler for `signum`."""
     match = re.search(r"^SigCgt:\s*([0-9a-fA-F]+)$", status, re.MULTILINE)
@@ -93,7 +89,7 @@ def warn_batch_shell() -> bool:
     sbatch script requeues the job after we exit); whether it was sent."""
     parent = os.getppid()
     with contextlib.suppress(OSError):
-        if os.environ.get("SLURM_JOB_ID") and catches(
+        if lookup(os.environ, "job_id") and catches(
                 Path(f"/proc/{parent}/status").read_text(), signal.SIGUSR1):
             os.kill(parent, signal.SIGUSR1)
             return True
@@ -143,8 +139,8 @@ class WalltimeGuard:
         ends: list[tuple[float, str]] = []
         if time_limit_s is not None:
             ends.append((clock() + time_limit_s, "--time-limit"))
-        job_id = env.get("SLURM_JOB_ID", "").strip()
-        end = env_end_time(env)
+        job_id = lookup(env, "job_id")
+        end = job_end_time(env)
         if end is not None:
             ends.append((end, "SLURM_JOB_END_TIME"))
         elif job_id and (end := query(job_id)) is not None:

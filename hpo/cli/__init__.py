@@ -60,7 +60,8 @@ def _options(debug: bool = typer.Option(False, "--debug", metavar=FLAG,
 @guarded
 def validate(space: Path, overrides: list[str] | None = SetOption) -> None:
     """Check SPACE.yaml (keys, values, the trainable's import) and print the plan."""
-    from hpo.driver.translate import check_batch_keys, user_trainable
+    from hpo.driver.preflight import check_batch_keys
+    from hpo.driver.translate import user_trainable
     from hpo.spec.load import load_spec
     from hpo.spec.plan import summarize
 

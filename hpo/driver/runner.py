@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -13,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from hpo.cluster.auth import RayCluster
-from hpo.driver import translate
+from hpo.driver import preflight, translate
 from hpo.driver.lease import experiment_lease
 from hpo.driver.ray_session import connected_ray, embedded_ray
 from hpo.driver.storage_faults import check_resumable, storage_guard
-from hpo.driver.trainable import check_findable, python_name
+from hpo.driver.trainable import python_name
 from hpo.driver.walltime import WalltimeGuard, active
 from hpo.driver.wrapper import objects_in_store
 from hpo.errors import ConfigError, ExperimentError, RunError
@@ -74,50 +73,6 @@ def _as_spec(spec: Spec | dict[str, Any] | str | Path, source: str,
     return spec_from_dict({**data, "trainable": trainable}, source), source
 
 
-def _check_findable(spec: Spec, source: str) -> None:
-    if isinstance(spec.trainable, str):  # a wrong name fails before anything starts
-        check_findable(spec.trainable, source)
-    translate.check_batch_keys(spec, source)
-    spec.tracking.check_login(source, os.environ)  # W&B online needs its key: before Ray
-
-
-def _check_fits(spec: Spec, source: str, cluster: dict[str, float]) -> None:
-    """Fail fast (instead of Tune waiting forever) when one trial needs more than exists."""
-    ranks = spec.distributed
-    for key, need in (("CPU", spec.resources.cpus_per_trial),
-                      ("GPU", spec.resources.gpus_per_trial)):
-        field = f"resources.{key.lower()}s_per_trial"
-        if ranks:
-            field = f"distributed.{key.lower()}s_per_worker"
-            need = ranks.workers * getattr(ranks, f"{key.lower()}s_per_worker")
-        have = cluster.get(key, 0.0)
-        if need > have:
-            raise ConfigError(source, field,
-                              f"one trial needs {need:g} {key}s but the cluster has {have:g}",
-                              "lower it, or run on a node/allocation that has them")
-        grown = ranks.max_workers * getattr(ranks, f"{key.lower()}s_per_worker") \
-            if ranks and ranks.max_workers else 0
-        if grown > have:
-            raise ConfigError(source, "distributed.max_workers", f"a trial may grow to "
-                              f"{ranks.max_workers} ranks = {grown:g} {key}s but the cluster "
-                              f"has {have:g}", "lower max_workers")
-
-
-def _check_node_fits(spec: Spec, source: str, nodes: list[dict[str, float]]) -> None:
-    """A rank, or a one-process trial, runs on one node: the biggest node must hold it (Tune
-    would wait forever for a bundle no node can give)."""
-    ranks = spec.distributed
-    what, section = ("rank", "distributed") if ranks else ("trial", "resources")
-    for key in ("CPU", "GPU"):
-        name = f"{key.lower()}s_per_{'worker' if ranks else 'trial'}"
-        need = getattr(ranks or spec.resources, name)
-        biggest = max((node.get(key, 0.0) for node in nodes), default=0.0)
-        if need > biggest:
-            raise ConfigError(source, f"{section}.{name}", f"one {what} needs {need:g} {key}s "
-                              f"but the biggest node has {biggest:g}",
-                              f"a {what} runs on one node: ask for at most one node's share")
-
-
 @contextlib.contextmanager
 def _ray_for(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None,
              cluster: RayCluster | None = None, keep_ray: bool = False) -> Iterator[None]:
@@ -126,8 +81,8 @@ def _ray_for(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None,
     with session as resources:
         import ray
 
-        _check_fits(spec, source, resources)
-        _check_node_fits(spec, source, [n["Resources"] for n in ray.nodes() if n["Alive"]])
+        preflight.on_cluster(spec, source, resources,
+                             [n["Resources"] for n in ray.nodes() if n["Alive"]])
         yield
 
 
@@ -162,7 +117,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
         >>> result.best_config
     """
     spec, source = _as_spec(spec, source, trainable)
-    _check_findable(spec, source)
+    preflight.before_ray(spec, source)
     guard = _walltime(spec, source, time_limit_s)
     exp_dir = Path(storage or spec.storage).expanduser().resolve() / (name or spec.name)
     # The lease before the check: two runs started at once raced into one folder.
@@ -222,7 +177,7 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
     exp_dir = Path(experiment_dir).expanduser().resolve()
     source = str(exp_dir / SPEC_FILE)
     spec = _saved_spec(exp_dir, source, trainable)
-    _check_findable(spec, source)
+    preflight.before_ray(spec, source)
     guard = _walltime(spec, source, time_limit_s)
     with (storage_guard(exp_dir), experiment_lease(exp_dir, "resume"),
           _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster, parameters,

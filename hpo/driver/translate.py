@@ -8,13 +8,10 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from hpo.driver import walltime
+from hpo.driver import preflight, walltime
 from hpo.driver.trainable import resets_config, resolve
 from hpo.driver.wrapper import call_with_objects, class_with_objects, with_session
-from hpo.errors import ConfigError
-from hpo.ranks import check_backend
 from hpo.spec.distributions import Distribution
-from hpo.spec.growth import rank_counts
 from hpo.spec.model import Spec, is_class_trainable
 from hpo.spec.schedulers import Rasda
 from hpo.spec.searchers import Grid
@@ -24,51 +21,8 @@ def user_trainable(spec: Spec, source: str,
                    parameters: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """The user's function or class and its objects (imported while Ray starts: no Ray yet)."""
     func, objects = resolve(spec.trainable, source, parameters)
-    check_backend(spec, source)
-    if is_class_trainable(func):
-        _check_class(spec, source, func)
+    preflight.with_trainable(spec, source, func)
     return func, objects
-
-
-def check_batch_keys(spec: Spec, source: str) -> None:
-    """The large-batch keys among the constants (hpo.large_batch: the global batch, the
-    reference batch, `batch_schedule`, the removed keys), checked before anything starts.
-    Only where they are hpo's: for the built-in trainables, or when `batch_schedule` is
-    given; a user's own trainable may mean something else by `warmup_epochs`."""
-    from hpo.large_batch import SCHEDULE, check_trial_config
-
-    ours = isinstance(spec.trainable, str) and spec.trainable.startswith("trainables.")
-    if not ours and not any(k.split(".")[0] == SCHEDULE for k in spec.constants):
-        return
-    try:
-        for workers in _rank_counts(spec):  # a growing trial's batch must split on each
-            check_trial_config(spec.constants, source, workers)
-    except ConfigError as exc:
-        raise ConfigError(source, f"constants.{exc.path}", exc.message, exc.hint) from None
-
-
-def _rank_counts(spec: Spec) -> list[int]:
-    ranks = spec.distributed
-    if ranks is None:
-        return [1]
-    if isinstance(spec.scheduler, Rasda) and spec.scheduler.batch == "fixed":
-        return rank_counts(spec.scheduler, ranks.workers, ranks.max_workers or ranks.workers)
-    return [ranks.workers]  # a batch that grows with the ranks splits if the first does
-
-
-def _check_class(spec: Spec, source: str, cls: Any) -> None:
-    # The spec checks a class passed from Python; one imported from text is seen only here.
-    if spec.distributed:
-        raise ConfigError(source, "distributed", f"cannot run a Ray Tune class trainable "
-                          f"({cls.__name__}) on ranks", "a class trainable runs as a "
-                          "one-process trial: drop distributed")
-    if not isinstance(cls, type):
-        raise ConfigError(source, "trainable", f"pass the class {cls.__name__} itself",
-                          "give it objects with hpo.with_parameters or parameters=")
-    if "reuse_actors" in spec.model_fields_set and spec.reuse_actors and not resets_config(cls):
-        raise ConfigError(source, "reuse_actors", f"{cls.__name__} has no reset_config, which "
-                          "a reused actor needs", "implement reset_config(new_config) "
-                          "returning True, or drop reuse_actors")
 
 
 def trainable(spec: Spec, func: Any, holder: str | None = None) -> Any:

@@ -1,0 +1,118 @@
+"""Every check that needs more than the spec itself, in one place and in the order a user
+wants to hear of problems: what can be told before Ray starts (the trainable can be found, the
+large-batch keys, a W&B login), what the imported trainable says (the backend is installed, a
+Ray Tune class fits the spec), then what the cluster has (a trial fits in it and a rank on one
+node). The spec's own validation (hpo.spec) comes before all of them; each check raises a
+one-line ConfigError naming the YAML path."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from hpo.driver.trainable import check_findable, resets_config
+from hpo.errors import ConfigError
+from hpo.ranks import check_backend
+from hpo.spec.growth import rank_counts
+from hpo.spec.model import Spec, is_class_trainable
+from hpo.spec.schedulers import Rasda
+
+
+def before_ray(spec: Spec, source: str) -> None:
+    """What the spec and this machine tell before Ray starts."""
+    if isinstance(spec.trainable, str):  # a wrong name fails before anything starts
+        check_findable(spec.trainable, source)
+    check_batch_keys(spec, source)
+    spec.tracking.check_login(source, os.environ)  # W&B online needs its key: before Ray
+
+
+def with_trainable(spec: Spec, source: str, func: Any) -> None:
+    """What the imported trainable tells (it is imported while Ray starts)."""
+    check_backend(spec, source)
+    if is_class_trainable(func):
+        check_class(spec, source, func)
+
+
+def on_cluster(spec: Spec, source: str, total: dict[str, float],
+               nodes: list[dict[str, float]]) -> None:
+    """What the running cluster tells: its total and each alive node's resources."""
+    check_fits(spec, source, total)
+    check_node_fits(spec, source, nodes)
+
+
+def check_batch_keys(spec: Spec, source: str) -> None:
+    """The large-batch keys among the constants (hpo.large_batch: the global batch, the
+    reference batch, `batch_schedule`, the removed keys), checked before anything starts.
+    Only where they are hpo's: for the built-in trainables, or when `batch_schedule` is
+    given; a user's own trainable may mean something else by `warmup_epochs`."""
+    from hpo.large_batch import SCHEDULE, check_trial_config
+
+    ours = isinstance(spec.trainable, str) and spec.trainable.startswith("trainables.")
+    if not ours and not any(k.split(".")[0] == SCHEDULE for k in spec.constants):
+        return
+    try:
+        for workers in _rank_counts(spec):  # a growing trial's batch must split on each
+            check_trial_config(spec.constants, source, workers)
+    except ConfigError as exc:
+        raise ConfigError(source, f"constants.{exc.path}", exc.message, exc.hint) from None
+
+
+def _rank_counts(spec: Spec) -> list[int]:
+    ranks = spec.distributed
+    if ranks is None:
+        return [1]
+    if isinstance(spec.scheduler, Rasda) and spec.scheduler.batch == "fixed":
+        return rank_counts(spec.scheduler, ranks.workers, ranks.max_workers or ranks.workers)
+    return [ranks.workers]  # a batch that grows with the ranks splits if the first does
+
+
+def check_class(spec: Spec, source: str, cls: Any) -> None:
+    # The spec checks a class passed from Python; one imported from text is seen only here.
+    if spec.distributed:
+        raise ConfigError(source, "distributed", f"cannot run a Ray Tune class trainable "
+                          f"({cls.__name__}) on ranks", "a class trainable runs as a "
+                          "one-process trial: drop distributed")
+    if not isinstance(cls, type):
+        raise ConfigError(source, "trainable", f"pass the class {cls.__name__} itself",
+                          "give it objects with hpo.with_parameters or parameters=")
+    if "reuse_actors" in spec.model_fields_set and spec.reuse_actors and not resets_config(cls):
+        raise ConfigError(source, "reuse_actors", f"{cls.__name__} has no reset_config, which "
+                          "a reused actor needs", "implement reset_config(new_config) "
+                          "returning True, or drop reuse_actors")
+
+
+def check_fits(spec: Spec, source: str, cluster: dict[str, float]) -> None:
+    """Fail fast (instead of Tune waiting forever) when one trial needs more than exists."""
+    ranks = spec.distributed
+    for key, need in (("CPU", spec.resources.cpus_per_trial),
+                      ("GPU", spec.resources.gpus_per_trial)):
+        field = f"resources.{key.lower()}s_per_trial"
+        if ranks:
+            field = f"distributed.{key.lower()}s_per_worker"
+            need = ranks.workers * getattr(ranks, f"{key.lower()}s_per_worker")
+        have = cluster.get(key, 0.0)
+        if need > have:
+            raise ConfigError(source, field,
+                              f"one trial needs {need:g} {key}s but the cluster has {have:g}",
+                              "lower it, or run on a node/allocation that has them")
+        grown = ranks.max_workers * getattr(ranks, f"{key.lower()}s_per_worker") \
+            if ranks and ranks.max_workers else 0
+        if grown > have:
+            raise ConfigError(source, "distributed.max_workers", f"a trial may grow to "
+                              f"{ranks.max_workers} ranks = {grown:g} {key}s but the cluster "
+                              f"has {have:g}", "lower max_workers")
+
+
+def check_node_fits(spec: Spec, source: str, nodes: list[dict[str, float]]) -> None:
+    """A rank, or a one-process trial, runs on one node: the biggest node must hold it (Tune
+    would wait forever for a bundle no node can give)."""
+    ranks = spec.distributed
+    what, section = ("rank", "distributed") if ranks else ("trial", "resources")
+    for key in ("CPU", "GPU"):
+        name = f"{key.lower()}s_per_{'worker' if ranks else 'trial'}"
+        need = getattr(ranks or spec.resources, name)
+        biggest = max((node.get(key, 0.0) for node in nodes), default=0.0)
+        if need > biggest:
+            raise ConfigError(source, f"{section}.{name}", f"one {what} needs {need:g} {key}s "
+                              f"but the biggest node has {biggest:g}",
+                              f"a {what} runs on one node: ask for at most one node's share")

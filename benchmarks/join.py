@@ -1,7 +1,7 @@
 """Elastic capacity (`hpo slurm join`) on the test Slurm cluster of tests/slurm_testcluster.py:
 the same study run on one node alone, and joined by a second node's job once half of its
 trials have finished. Both runs side by side in one invocation, on real slurmctld/slurmd and
-real Ray; the trials are stand-ins that sleep (tests/test_trainables.py:steady), so a node's
+real Ray; the trials are stand-ins that sleep (tests/study_trainables.py:steady), so a node's
 capacity is its CPUs, not the machine's 2 cores.
 
 Printed: each study's wall time (its job running -> its job done), their ratio, and the join
@@ -40,7 +40,7 @@ from hpo.results import load_results  # noqa: E402
 
 SPACE = """\
 name: {name}
-trainable: tests/test_trainables.py:steady
+trainable: tests/study_trainables.py:steady
 metric: score
 mode: max
 num_samples: {trials}

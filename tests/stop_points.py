@@ -22,7 +22,7 @@ from typing import Any
 from ray.tune import Callback
 
 SPEC: dict[str, Any] = {
-    "trainable": "tests/test_trainables.py:steady", "metric": "score", "mode": "max",
+    "trainable": "tests/study_trainables.py:steady", "metric": "score", "mode": "max",
     "num_samples": 4, "max_concurrent": 2, "search_space": {"x": {"uniform": [0.0, 1.0]}},
     "constants": {"steps": 12, "sleep": 0.1}, "search": {"type": "random", "seed": 5},
     "checkpoint": {"frequency": 1, "keep": 1},

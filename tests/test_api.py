@@ -23,7 +23,7 @@ def _end_the_kept_ray() -> Iterator[None]:
 
 def test_run_returns_dataframe_and_best_config(tmp_path: Path) -> None:
     spec = {
-        "name": "api", "trainable": "tests/test_trainables.py:steady",
+        "name": "api", "trainable": "tests/study_trainables.py:steady",
         "metric": "score", "mode": "max", "num_samples": 3,
         "search_space": {"x": {"choice": [0.1, 0.5, 0.9]}},
         "constants": {"steps": 3, "sleep": 0.0},
@@ -38,7 +38,7 @@ def test_run_returns_dataframe_and_best_config(tmp_path: Path) -> None:
     # the folder alone reproduces the same table, and keeps the spec for resume
     assert load_results(result.path).equals(result.dataframe)
     saved = yaml.safe_load((result.path / "hpo-spec.yaml").read_text())
-    assert saved["trainable"].endswith("tests/test_trainables.py:steady")
+    assert saved["trainable"].endswith("tests/study_trainables.py:steady")
     assert Path(saved["trainable"].split(":")[0]).is_absolute()
 
 
@@ -47,7 +47,7 @@ def test_trial_output_and_files_are_kept_in_the_trial_folder(tmp_path: Path) -> 
     temp dir: a trial the stop rule cut, then one that ran to its end in the same reused
     worker process, with a last line printed and not flushed."""
     spec = {
-        "name": "out", "trainable": "tests/test_trainables.py:chatty",
+        "name": "out", "trainable": "tests/study_trainables.py:chatty",
         "metric": "score", "mode": "max", "max_concurrent": 1,
         "search_space": {"x": {"grid": [2, 1]}}, "constants": {"steps": 3},
         "stop": {"score": 4}, "storage": str(tmp_path),
@@ -65,7 +65,7 @@ def test_trial_output_and_files_are_kept_in_the_trial_folder(tmp_path: Path) -> 
 def test_existing_experiment_is_never_overwritten(tmp_path: Path) -> None:
     (tmp_path / "exists").mkdir()
     (tmp_path / "exists" / "hpo-spec.yaml").write_text("name: exists\n")
-    spec = {"name": "exists", "trainable": "tests/test_trainables.py:steady",
+    spec = {"name": "exists", "trainable": "tests/study_trainables.py:steady",
             "metric": "score", "mode": "max", "storage": str(tmp_path)}
     with pytest.raises(hpo.ExperimentError, match="already exists.*hpo resume"):
         hpo.run(spec)
@@ -76,7 +76,7 @@ def test_seed_repeats_ashas_bracket_draws(tmp_path: Path) -> None:
     """With one trial at a time, `search.seed` makes the whole ASHA run repeat: which
     trials were cut, and when, depends on the bracket ASHA drew for each trial."""
     spec = {
-        "trainable": "tests/test_trainables.py:steady", "metric": "score", "mode": "max",
+        "trainable": "tests/study_trainables.py:steady", "metric": "score", "mode": "max",
         "num_samples": 12, "max_concurrent": 1,
         "search_space": {"x": {"uniform": [0.0, 1.0]}},
         "constants": {"steps": 9, "sleep": 0.0},

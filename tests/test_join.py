@@ -120,7 +120,7 @@ def _space(slurm: SlurmTestCluster) -> Path:
     # each job takes a whole node (4 CPUs): the head's, and each joined job's, are distinct
     space.write_text(f"""\
 name: joined
-trainable: tests/test_trainables.py:steady
+trainable: tests/study_trainables.py:steady
 metric: score
 mode: max
 num_samples: 24

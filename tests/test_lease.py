@@ -28,7 +28,7 @@ from hpo.results import load_results
 
 SPEC = """
 name: raced
-trainable: tests/test_trainables.py:steady
+trainable: tests/study_trainables.py:steady
 metric: score
 mode: max
 num_samples: 2

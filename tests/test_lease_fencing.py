@@ -57,7 +57,7 @@ with experiment_lease(exp):
 
 SPEC = """
 name: fenced
-trainable: tests/test_trainables.py:steady
+trainable: tests/study_trainables.py:steady
 metric: score
 mode: max
 num_samples: 2

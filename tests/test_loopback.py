@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-SPEC = {"name": "loopback", "trainable": "tests/test_trainables.py:steady", "metric": "score",
+SPEC = {"name": "loopback", "trainable": "tests/study_trainables.py:steady", "metric": "score",
         "mode": "max", "search_space": {"x": {"grid": [0.1, 0.2]}},
         "constants": {"steps": 40, "sleep": 0.25}}
 

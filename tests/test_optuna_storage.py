@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from hpo.cli import app
 
 runner = CliRunner()
-SPEC = {"name": "mirror", "trainable": "tests/test_trainables.py:steady", "metric": "score",
+SPEC = {"name": "mirror", "trainable": "tests/study_trainables.py:steady", "metric": "score",
         "mode": "max", "search_space": {"x": {"uniform": [0.0, 1.0]}},
         "constants": {"steps": 1, "sleep": 0.0}}
 

@@ -28,7 +28,7 @@ from hpo.reporting.data import PBT_LOG, load_experiment
 from hpo.results import load_results, trial_results
 
 runner = CliRunner()
-STEADY = {"trainable": "tests/test_trainables.py:steady", "metric": "score", "mode": "max",
+STEADY = {"trainable": "tests/study_trainables.py:steady", "metric": "score", "mode": "max",
           "search_space": {"x": {"uniform": [0.1, 1.0]}}, "search": {"type": "random", "seed": 2}}
 ASHA = {**STEADY, "name": "asha", "num_samples": 8, "max_concurrent": 2,
         "constants": {"steps": 6, "sleep": 0.4},

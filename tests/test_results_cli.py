@@ -22,7 +22,7 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     storage = tmp_path_factory.mktemp("results")
-    hpo.run({"name": "small", "trainable": "tests/test_trainables.py:steady",
+    hpo.run({"name": "small", "trainable": "tests/study_trainables.py:steady",
              "metric": "score", "mode": "min",
              "search_space": {"x": {"grid": [0.3, 0.1, 0.2]}},
              "constants": {"steps": 2, "sleep": 0.0}, "storage": str(storage)})

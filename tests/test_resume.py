@@ -22,7 +22,7 @@ from hpo.results import load_results
 
 SPEC = """
 name: killed
-trainable: tests/test_trainables.py:steady
+trainable: tests/study_trainables.py:steady
 metric: score
 mode: max
 num_samples: 6

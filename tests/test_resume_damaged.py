@@ -18,7 +18,7 @@ pytestmark = pytest.mark.ray
 
 SPEC = """
 name: small
-trainable: tests/test_trainables.py:steady
+trainable: tests/study_trainables.py:steady
 metric: score
 mode: max
 search_space:

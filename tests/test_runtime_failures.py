@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 def _run(tmp_path: Path, function: str) -> tuple[int, str, str]:
     space = tmp_path / f"{function}.yaml"
-    space.write_text(f"name: {function}\ntrainable: tests/test_trainables.py:{function}\n"
+    space.write_text(f"name: {function}\ntrainable: tests/study_trainables.py:{function}\n"
                      "metric: score\nmode: max\nnum_samples: 2\n")
     done = hpo_cli("run", str(space), "--storage", str(tmp_path / "results"), timeout=180)
     return done.returncode, done.stdout, done.stderr

@@ -52,7 +52,7 @@ def _space(slurm: SlurmTestCluster, name: str, *, nodes: int, samples: int, step
     space = work / f"{name}.yaml"
     space.write_text(f"""\
 name: {name}
-trainable: tests/test_trainables.py:steady
+trainable: tests/study_trainables.py:steady
 metric: score
 mode: max
 num_samples: {samples}
@@ -187,7 +187,7 @@ def test_two_rank_horovod_trial_across_two_nodes_trains_correctly(
     # 2 CPUs per node and 2 per rank: the placement group cannot pack both ranks on one node
     space = _space(slurm, "hvd2nodes", nodes=2, samples=1, steps=1, sleep=0.0, extra=(
         "distributed: {backend: horovod, workers: 2, cpus_per_worker: 2}\n"))
-    text = space.read_text().replace("tests/test_trainables.py:steady",
+    text = space.read_text().replace("tests/study_trainables.py:steady",
                                      f"{DP_TRAINABLES}:one_step")
     text = text.replace("metric: score\nmode: max", "metric: loss\nmode: min")
     text = text.replace("search_space:\n  x: {uniform: [0.0, 1.0]}\n", "")
@@ -212,7 +212,7 @@ def _gpu_space(slurm: SlurmTestCluster, name: str, markers: Path, extra: str,
                    steps=1, sleep=0.0, extra=f"max_concurrent: 4\n{extra}",
                    slurm_extra='  gpus_per_node: 2\n  sbatch: ["--nodelist=node[1-2]"]\n'
                    + slurm_extra)
-    text = space.read_text().replace("tests/test_trainables.py:steady",
+    text = space.read_text().replace("tests/study_trainables.py:steady",
                                      f"{GPU_TRAINABLES}:record_gpus")
     text = re.sub(r"constants: .*\n", f"constants: {{marker_dir: {markers}, expect: 4}}\n",
                   text)

@@ -23,7 +23,7 @@ REGENERATE = ("HPO_REGENERATE_GOLDEN=1 python -m pytest "
 
 GOOD = """\
 name: exp
-trainable: tests/test_trainables.py:steady
+trainable: tests/study_trainables.py:steady
 metric: score
 mode: max
 """

@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 STEPS = 5
 SPEC = f"""
 name: full
-trainable: tests/test_trainables.py:steady
+trainable: tests/study_trainables.py:steady
 metric: score
 mode: max
 num_samples: 60
@@ -357,7 +357,7 @@ def test_full_mlflow_store_stops_the_run_cleanly(tmp_path: Path, small_disk: Pat
     subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=4k"], capture_output=True)
     space = tmp_path / "tracked.yaml"
     space.write_text(yaml.safe_dump({
-        "name": "tracked", "trainable": f"{HERE / 'test_trainables.py'}:steady",
+        "name": "tracked", "trainable": f"{HERE / 'study_trainables.py'}:steady",
         "metric": "score", "mode": "max", "search_space": {"x": {"grid": [1, 2]}},
         "constants": {"steps": 3, "sleep": 0.0}, "tracking": {"mlflow": {"tracking_uri": uri}},
         "checkpoint": {"frequency": 1, "keep": 1}}))

@@ -67,7 +67,7 @@ def _history(client: Any, run: Any, metric: str) -> list[tuple[int, float]]:
 @pytest.mark.ray
 def test_mlflow_run_per_trial_with_params_and_metrics(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    spec = _spec(tmp_path, f"{HERE / 'test_trainables.py'}:steady",
+    spec = _spec(tmp_path, f"{HERE / 'study_trainables.py'}:steady",
                  {"mlflow": {"tracking_uri": uri, "experiment_name": "exp-a",
                              "tags": {"team": "hpo"}}})
     hpo.run(spec, num_cpus=CPUS)
@@ -124,7 +124,7 @@ def test_wandb_offline_run_directories(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.delenv("WANDB_MODE", raising=False)  # mode: offline alone needs no API key
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     (tmp_path / "wandb-dir").mkdir()
-    spec = _spec(tmp_path, f"{HERE / 'test_trainables.py'}:steady",
+    spec = _spec(tmp_path, f"{HERE / 'study_trainables.py'}:steady",
                  {"wandb": {"project": "p", "mode": "offline"}})
     hpo.run(spec, num_cpus=CPUS)
     runs = sorted((tmp_path / "wandb-dir" / "wandb").glob("offline-run-*"))
@@ -186,7 +186,7 @@ def _check(env: dict[str, str], mode: str | None) -> subprocess.CompletedProcess
 def test_wandb_online_without_a_key_is_refused_by_the_cli(tmp_path: Path) -> None:
     env = _no_wandb_login(tmp_path / "home")
     space = tmp_path / "online.yaml"
-    space.write_text(yaml.safe_dump(_spec(tmp_path, "tests/test_trainables.py:steady",
+    space.write_text(yaml.safe_dump(_spec(tmp_path, "tests/study_trainables.py:steady",
                                           {"wandb": {"project": "p", "mode": "online"}})))
     done = subprocess.run([sys.executable, "-m", "hpo", "run", str(space), "--cpus", "2"],
                           cwd=HERE.parent, env=env, capture_output=True, text=True, timeout=300)

@@ -316,7 +316,7 @@ def test_warn_batch_shell_only_when_it_traps_usr1(trap: str, job: str,
 
 def test_time_limit_within_the_margin_is_refused(tmp_path: Any) -> None:
     space = tmp_path / "s.yaml"
-    space.write_text("name: w\ntrainable: tests/test_trainables.py:steady\nmetric: score\n"
+    space.write_text("name: w\ntrainable: tests/study_trainables.py:steady\nmetric: score\n"
                      "mode: max\nsearch_space: {x: {uniform: [0, 1]}}\n"
                      f"storage: {tmp_path}\nslurm: {{signal_seconds: 30}}\n")
     code, _, err = cli_invoke(["run", str(space), "--time-limit", "30"])

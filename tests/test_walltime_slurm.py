@@ -102,7 +102,7 @@ def test_rasda_holds_a_rung_that_would_not_fit_requeues_and_grows_after(
         "scheduler: {type: rasda, max_t: 10, grace_period: 5, reduction_factor: 2}\n"
         "distributed: {backend: ddp, workers: 1, max_workers: 2, cpus_per_worker: 1}\n"),
         slurm_extra=f"  setup: ['{first}']\n")
-    text = space.read_text().replace("tests/test_trainables.py:steady",
+    text = space.read_text().replace("tests/study_trainables.py:steady",
                                      f"{DP_TRAINABLES}:paced")
     space.write_text(text.replace("signal_seconds: 60", "signal_seconds: 8"))
     job_id = _submit(slurm, space)

@@ -14,7 +14,7 @@ from conftest import hpo_cli
 import hpo
 from hpo.results import load_results
 
-STEADY = f"{Path(__file__).resolve().parent / 'test_trainables.py'}:steady"
+STEADY = f"{Path(__file__).resolve().parent / 'study_trainables.py'}:steady"
 
 
 def _spec(tmp_path: Path, name: str, search: dict[str, Any], high: float,

@@ -7,11 +7,15 @@ while its trials run, and a job that joins and leaves by itself when the head's 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -65,6 +69,19 @@ def test_dry_run_prints_a_join_script_and_submits_nothing(tmp_path: Path) -> Non
     assert "source /opt/venv/bin/activate" in lines and "cd /work" in lines
 
 
+def test_status_lists_the_head_and_the_joined_nodes(tmp_path: Path) -> None:
+    exp_dir, job_dir = _study(tmp_path)
+    (job_dir / "nodes").mkdir()
+    for name, job, cpus in (("node1", "41", 8), ("node7", "42", 4)):
+        file = f"{name}.json" if job == "41" else f"{name}@{job}.json"
+        (job_dir / "nodes" / file).write_text(json.dumps(
+            {"name": name, "ip": f"10.0.0.{name[-1]}", "cpus": cpus, "gpus": 4, "job_id": job}))
+    code, out, err = cli_invoke(["slurm", "status", str(exp_dir)])
+    assert code == 0, err
+    assert out.splitlines() == ["head job 41: node1 (10.0.0.1), 8 CPUs, 4 GPUs",
+                                "joined job 42: node7 (10.0.0.7), 4 CPUs, 4 GPUs"]
+
+
 @pytest.mark.parametrize("change, code, said", [
     ("no join point", 5, "is not running in a Slurm job"),
     ("head stopped", 5, "its head job 41 has ended"),
@@ -112,6 +129,56 @@ def test_only_a_death_with_the_node_is_forgiven() -> None:
     assert not lost_with_its_node(RayActorError(error_msg="The actor died: OOM"))
     drained = RayActorError(error_msg=f"... {NODE_DIED}.", preempted=True)
     assert not lost_with_its_node(drained)  # Ray itself does not count it already
+
+
+@pytest.mark.slow
+def test_a_worker_with_another_token_cannot_join(tmp_path: Path) -> None:
+    """A joining node is a client of the head's GCS: with another job's token (or none) its
+    `ray start --address` is refused and it never shows up as a node."""
+    from hpo.cluster.node import ray_executable, stop_tree
+
+    tokens = {}
+    for name in ("head", "other"):
+        tokens[name] = tmp_path / name
+        tokens[name].write_text(name * 16)
+        tokens[name].chmod(0o600)
+    ray = ray_executable()
+
+    def env(token: Path) -> dict[str, str]:
+        return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
+                "RAY_USAGE_STATS_ENABLED": "0"}
+
+    # Ray's socket paths must stay under 107 bytes: a short temp dir, not pytest's tmp_path
+    temp = Path(tempfile.mkdtemp(prefix="hpo-tok-"))
+    log = tmp_path / "head.log"
+    with log.open("wb") as out:
+        head = subprocess.Popen(
+            [ray, "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--port=32100",
+             "--num-cpus=1", f"--temp-dir={temp}", "--include-dashboard=false"],
+            env=env(tokens["head"]), stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _listening(32100):
+            assert time.monotonic() < deadline and head.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.2)
+        joined = subprocess.run(
+            [ray, "start", "--address=127.0.0.1:32100", "--node-ip-address=127.0.0.1",
+             "--num-cpus=1", "--node-manager-port=32103", "--object-manager-port=32104",
+             "--min-worker-port=32200", "--max-worker-port=32300"],
+            env=env(tokens["other"]), capture_output=True, text=True, timeout=120)
+        assert joined.returncode != 0, joined.stdout
+        assert "InvalidAuthToken" in joined.stdout + joined.stderr or "Unauthenticated" in (
+            joined.stdout + joined.stderr), joined.stderr[-2000:]
+    finally:
+        stop_tree(head)  # this head's processes only
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _listening(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+        return True
+    return False
 
 
 def _space(slurm: SlurmTestCluster) -> Path:

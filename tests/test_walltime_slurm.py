@@ -18,7 +18,16 @@ import time
 import pytest
 from conftest import ROOT, trial_rows
 from slurm_testcluster import SlurmTestCluster
-from test_slurm_cluster import DP_TRAINABLES, _finished, _job, _space, _submit, outputs, slurm
+from test_slurm_cluster import (
+    DP_TRAINABLES,
+    _finished,
+    _job,
+    _output,
+    _space,
+    _submit,
+    outputs,
+    slurm,
+)
 
 from hpo.results import load_results
 
@@ -40,6 +49,18 @@ def _batch_output(slurm: SlurmTestCluster, args: list[str], timeout: float = 60)
     assert done.returncode == 0, done.stdout + done.stderr + (
         out.read_text() if out.exists() else "")
     return out.read_text()
+
+
+def _finished_after_requeue(slurm: SlurmTestCluster, job_id: str,
+                            timeout: float = 300) -> str:
+    """The output once the requeued run has started and ended: right after `scontrol
+    requeue` the job passes through COMPLETING, which alone would look finished."""
+    deadline = time.monotonic() + timeout
+    while "hpo: resuming" not in _output(job_id):
+        if time.monotonic() > deadline:
+            pytest.fail(f"job {job_id} never resumed after a requeue\n{_output(job_id)}")
+        time.sleep(0.5)
+    return _finished(slurm, job_id)
 
 
 def test_the_allocation_end_comes_from_squeue(slurm: SlurmTestCluster) -> None:
@@ -67,7 +88,7 @@ def test_run_stops_at_the_end_minus_the_margin_requeues_and_finishes(
     space.write_text(space.read_text().replace("signal_seconds: 60", "signal_seconds: 8"))
     job_id = _submit(slurm, space)
     outputs.append(job_id)
-    out = _finished(slurm, job_id)
+    out = _finished_after_requeue(slurm, job_id)
     assert _job(slurm, job_id)["Restarts"] == "1", out
     # The guard warned (not Slurm, 20 min away): the batch shell's trap stopped and requeued.
     stops = re.findall(r"hpo: walltime: stopping (\d+) s before the end \(\S+, from "
@@ -107,7 +128,7 @@ def test_rasda_holds_a_rung_that_would_not_fit_requeues_and_grows_after(
     space.write_text(text.replace("signal_seconds: 60", "signal_seconds: 8"))
     job_id = _submit(slurm, space)
     outputs.append(job_id)
-    out = _finished(slurm, job_id)
+    out = _finished_after_requeue(slurm, job_id)
     exp_dir = slurm.root / "work/results/rasda-hold"
     (reports,) = trial_rows(exp_dir).values()
     seen = [(r["training_iteration"], r["start"], r["ranks"], round(r["time_this_iter_s"], 1),

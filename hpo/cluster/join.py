@@ -32,7 +32,7 @@ from hpo.cluster.node import (
     write_json,
 )
 from hpo.cluster.render import srun_args
-from hpo.cluster.sbatch import environment, fill_template, sbatch_options
+from hpo.cluster.sbatch import WAIT_FOR_HPO, environment, fill_template, sbatch_options
 from hpo.cluster.slurm_env import Allocation
 from hpo.errors import ClusterStartError, ExperimentError, NotRunningError
 from hpo.spec.slurm import SlurmSettings
@@ -44,13 +44,7 @@ LEAVE_GRACE_S = 30.0
 _WORKER_RUN = """\
 # USR1 comes {seconds} s before the time limit: pass it on, the nodes drain and leave.
 trap 'kill -USR1 "$hpo_pid" 2>/dev/null' USR1
-{command} &
-hpo_pid=$!
-while :; do
-  wait "$hpo_pid"
-  status=$?
-  kill -0 "$hpo_pid" 2>/dev/null || break  # wait also returns when a signal arrives
-done
+""" + WAIT_FOR_HPO + """\
 exit "$status"
 """
 

@@ -17,12 +17,9 @@ from hpo.spec.slurm import SlurmSettings
 
 TEMPLATE = Path(__file__).with_name("hpo-job.sbatch")
 
-_REQUEUE_RUN = """\
-# Slurm sends USR1 to this shell alone {seconds} s before the time limit. Pass it on to hpo,
-# which stops the trials gracefully and saves the experiment; then requeue this job, and
-# the next run resumes the experiment (no finished trial is re-run).
-stopping=0
-trap 'stopping=1; kill -USR1 "$hpo_pid" 2>/dev/null' USR1
+# The batch shell starts hpo in the background and waits for it; a trapped signal ends a
+# `wait` early, so it waits again until hpo has exited (shared with hpo-join.sbatch).
+WAIT_FOR_HPO = """\
 {command} &
 hpo_pid=$!
 while :; do
@@ -30,6 +27,15 @@ while :; do
   status=$?
   kill -0 "$hpo_pid" 2>/dev/null || break  # wait also returns when a signal arrives
 done
+"""
+
+_REQUEUE_RUN = """\
+# Slurm sends USR1 to this shell alone {seconds} s before the time limit. Pass it on to hpo,
+# which stops the trials gracefully and saves the experiment; then requeue this job, and
+# the next run resumes the experiment (no finished trial is re-run).
+stopping=0
+trap 'stopping=1; kill -USR1 "$hpo_pid" 2>/dev/null' USR1
+""" + WAIT_FOR_HPO + """\
 if [ "$stopping" = 1 ] && [ "$status" != 0 ]; then
   echo "hpo: stopped before the time limit; requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID"

@@ -127,8 +127,9 @@ def _trial(name: str, ranks: int = 1) -> Any:
     return trial
 
 
-def _result(iteration: int, loss: float) -> dict[str, Any]:
-    return {"training_iteration": iteration, "loss": loss}
+def _result(iteration: int, loss: float, checkpoint: bool = True) -> dict[str, Any]:
+    # should_checkpoint: Tune's mark of a result that came with a checkpoint
+    return {"training_iteration": iteration, "loss": loss, "should_checkpoint": checkpoint}
 
 
 def test_a_trial_passing_a_rung_pauses_and_resumes_on_twice_the_ranks_first() -> None:
@@ -313,6 +314,10 @@ def test_a_trial_that_ends_before_its_growth_frees_the_ranks_it_was_to_take(end:
     (dict(step=1), 0, 0, set(), ("hold", 2, 0)),  # waiting: resumes due in the next job
     (dict(step=1, at_rung=False, waited=0), 1, 0, {1}, ("continue", 1, 0)),
     (dict(step=1, at_rung=False, waited=0), 1, 0, set(), ("continue", 1, 0)),  # mid-rung
+    # a pause resumes from the latest checkpoint: only one saved with this result will do
+    (dict(step=1, checkpoint="earlier"), 1, 0, None, ("continue", 1, 2)),  # due, waits
+    (dict(step=1, checkpoint="none"), 1, 0, None, ("continue", 1, 0)),  # can never grow
+    (dict(step=1, checkpoint="earlier"), 1, 0, set(), ("continue", 1, 2)),  # nor hold
 ])
 def test_the_growth_decision(due: dict[str, Any], free: int, pending: int,
                              fits: set[int] | None, expected: tuple[str, int, int]) -> None:
@@ -401,6 +406,22 @@ def test_a_growth_that_finds_no_device_in_time_is_dropped() -> None:
     assert scheduler.on_trial_result(controller, grower, _result(3, 0.1)) == \
         TrialScheduler.CONTINUE
     assert scheduler.gate.open
+
+
+def test_a_trial_without_checkpoints_runs_on_ungrown_and_holds_nothing_back(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from ray.tune.schedulers import TrialScheduler
+
+    scheduler, trial = _scheduler(), _trial("plain")
+    controller = _Controller([trial], cpus=8)
+    scheduler.on_trial_add(controller, trial)
+    with caplog.at_level("WARNING", logger="hpo.rasda"):
+        for iteration in (1, 2, 3, 4):  # rungs 1, 2 and 4 passed, 7 CPUs free
+            assert scheduler.on_trial_result(
+                controller, trial, _result(iteration, 0.1, checkpoint=False)) == \
+                TrialScheduler.CONTINUE
+            assert scheduler.gate.open
+    assert [r.getMessage().count("cannot grow") for r in caplog.records] == [1]
 
 
 def _noop(config: dict[str, Any]) -> None:

@@ -26,10 +26,11 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ray.tune.experiment import Trial
+from ray.tune.result import SHOULD_CHECKPOINT
 from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
 
 from hpo.driver import ray_internals as ray_
-from hpo.driver.rasda_decision import Decision, Due, decide, free_slots
+from hpo.driver.rasda_decision import NO_CHECKPOINT, Decision, Due, decide, free_slots
 from hpo.driver.rasda_gate import Gate, GatedSearch, gated
 from hpo.large_batch import SCHEDULE
 from hpo.ranks.trial import rank_count, rank_placement
@@ -81,6 +82,7 @@ class RasdaScheduler(AsyncHyperBandScheduler):
         # trial id -> (monotonic) when its grown placement was asked for; None: still pausing
         self._growing: dict[str, float | None] = {}
         self._iteration_s: dict[str, float] = {}  # trial id -> its last iteration's seconds
+        self._warned: set[str] = set()  # trials told they cannot grow without checkpoints
         self.gate = Gate()  # closed while a growth is due or under way
 
     def gated(self, search: Any, max_concurrent: int | None = None) -> GatedSearch:
@@ -114,6 +116,10 @@ class RasdaScheduler(AsyncHyperBandScheduler):
         due = self._due_of(trial, result, at_rung)
         decision = decide(due, *self._room(tune_controller, trial),
                           fits=self._fits(trial, result))
+        if decision.reason == NO_CHECKPOINT and trial.trial_id not in self._warned:
+            self._warned.add(trial.trial_id)
+            log.warning("rasda: %s cannot grow: %s. Hint: pass checkpoint= to hpo.report "
+                        "(or tune.report) with every result", trial, NO_CHECKPOINT)
         return self._apply(trial, decision, due, int(result["training_iteration"]))
 
     # A trial that ends (completes, is stopped, errors or is removed while paused) gives up
@@ -136,14 +142,16 @@ class RasdaScheduler(AsyncHyperBandScheduler):
     def _forget(self, trial: Trial) -> None:
         for record in (self._resize, self._due, self._growing, self._iteration_s):
             record.pop(trial.trial_id, None)
-        self._held.discard(trial.trial_id)
-        self.gate.waiting.discard(trial.trial_id)
+        for names in (self._held, self._warned, self.gate.waiting):
+            names.discard(trial.trial_id)
 
     def _due_of(self, trial: Trial, result: dict[str, Any], at_rung: bool) -> Due:
         step = self._step(int(result["training_iteration"]))
+        here = bool(result.get(SHOULD_CHECKPOINT))
         return Due(self._counts, step, ranks_of(trial),
                    batch_behind=self._grows and len(self._grow_at(trial)) < step,
-                   at_rung=at_rung, waited=0 if at_rung else self._due.get(trial.trial_id, 0))
+                   at_rung=at_rung, waited=0 if at_rung else self._due.get(trial.trial_id, 0),
+                   checkpoint="here" if here else "earlier" if trial.checkpoint else "none")
 
     def _fits(self, trial: Trial, result: dict[str, Any]) -> Any:
         """The guard's answer for the iterations to the next rung, on so many ranks."""
@@ -276,3 +284,6 @@ class RasdaScheduler(AsyncHyperBandScheduler):
         # The holds and waits belong to this allocation; the guard pickles as "the current
         # run's", so a requeued job's scheduler gets that job's end.
         return {**self.__dict__, "_held": set(), "_due": {}, "_growing": {}}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({"_warned": set(), **state})  # pickled before it was recorded

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Action = Literal["continue", "grow", "hold"]
+NO_CHECKPOINT = "it reports no checkpoint to resume from"
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class Due:
         at the next restart even where no rank is free.
     at_rung: this result passed a rung (else the trial waits with a growth due).
     waited: results reported since the growth became due (0 at the rung).
+    checkpoint: where the trial's latest checkpoint is: saved with this result ("here"),
+        with an earlier one, or "none". A pause resumes from it, so only "here" may pause:
+        from an earlier one the steps since would be trained and reported twice.
     """
 
     counts: Sequence[int]
@@ -41,6 +45,7 @@ class Due:
     batch_behind: bool = False
     at_rung: bool = True
     waited: int = 0
+    checkpoint: Literal["here", "earlier", "none"] = "here"
 
     @property
     def target(self) -> int:
@@ -83,7 +88,18 @@ def decide(due: Due, free: int, pending: int = 0, patience: int = 1,
         wish = Decision("grow", reachable, reason="takes what is free")
     else:
         wish = Decision("continue", now, reason="no slot freed in time: growth dropped")
-    return _within_walltime(wish, due, fits)
+    return _resumable(_within_walltime(wish, due, fits), due)
+
+
+def _resumable(wish: Decision, due: Due) -> Decision:
+    """A pause needs a checkpoint saved with this result: otherwise the trial runs on, its
+    growth still due if a later result can carry one; with no checkpoint ever, dropped."""
+    if wish.action == "continue" or due.checkpoint == "here":
+        return wish
+    if due.checkpoint == "none":
+        return Decision("continue", due.ranks, reason=NO_CHECKPOINT)
+    return Decision("continue", due.ranks, due=wish.ranks,
+                    reason="waits for a result with a checkpoint")
 
 
 def _within_walltime(wish: Decision, due: Due, fits: Callable[[int], bool] | None

@@ -1,5 +1,5 @@
 """The GPU path end to end, in one command that installs nothing (for a GPU node with no
-network: install from a wheelhouse first, see README):
+network: install from a wheelhouse first, see docs/install.md):
 
     python benchmarks/gpu.py --markdown docs/benchmarks.md    # on a GPU node, under 8 min
     python benchmarks/gpu.py --cpu-check                      # the same steps on the CPU

@@ -1,5 +1,5 @@
 """One signature per public function: `hpo.run`/`hpo.resume` (the facade) are what the
-driver, the CLI and README's Python API section use, with the same names and defaults."""
+driver, the CLI and the manual's Python API page use, with the same names and defaults."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hpo.cli import resume as cli_resume
 from hpo.cli import run as cli_run
 from hpo.driver import runner
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
 # the CLI's option names -> the facade's keywords (SPACE, --set go through hpo.load_spec)
 CLI_TO_FACADE = {"storage": "storage", "name": "name", "cpus": "num_cpus",
                  "time_limit": "time_limit_s", "experiment_dir": "experiment_dir"}
@@ -46,12 +46,12 @@ def test_every_cli_flag_is_a_facade_keyword(command: object, facade: object) -> 
     assert {CLI_TO_FACADE[flag] for flag in flags} <= keywords
 
 
-def test_the_readme_calls_the_facade_with_its_own_keywords() -> None:
-    section = README.read_text().split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_call_the_facade_with_their_own_keywords() -> None:
+    section = (ROOT / "docs/python-api.md").read_text() + (ROOT / "README.md").read_text()
     for function in ("run", "resume"):
         keywords = set(inspect.signature(getattr(hpo, function)).parameters)
         calls = re.findall(rf"hpo\.{function}\((.*?)\)\n", section, re.S)
-        assert calls, function  # README shows each
+        assert calls, function  # the docs show each
         for call in calls:
             used = set(re.findall(r"(\w+)=", call))
             assert used <= keywords, (function, used - keywords)

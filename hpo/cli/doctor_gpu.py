@@ -48,7 +48,7 @@ def gpu_rows(facts: GpuFacts) -> list[Row]:
     rows.append(("gpus visible", f"{facts.devices} to torch; {visible}", True))
     if facts.devices and not (facts.torch_cuda or facts.torch_hip):
         rows.append(("torch build", "GPUs present but torch is a CPU build. Hint: install the "
-                     "CUDA/ROCm build of torch (README, set-up)", False))
+                     "CUDA/ROCm build of torch (docs/install.md)", False))
     if "ROCR_VISIBLE_DEVICES" in facts.env and "HIP_VISIBLE_DEVICES" not in facts.env:
         rows.append(("rocr/hip", "ROCR_VISIBLE_DEVICES set without HIP_VISIBLE_DEVICES: Ray "
                      "2.60 refuses to start. Hint: `hpo slurm run` sets HIP for its Ray nodes; "

@@ -44,7 +44,7 @@ def suggest(trial: Any, name: str, dist: dict[str, list[Any]]) -> Any:
 
 
 class OptunaLink:
-    """hpo.report -> the Optuna trial (a RankLink of one rank: see hpo.session)."""
+    """hpo.report -> the Optuna trial (a RankLink of one rank: see hpo.trial.session)."""
 
     main = True
 
@@ -92,7 +92,7 @@ def main() -> None:
     import torch
 
     from hpo.driver.trainable import load_trainable
-    from hpo.session import trial_session
+    from hpo.trial.session import trial_session
 
     train = load_trainable(args.trainable)
     torch.set_num_threads(1)  # one thread per trial, as Ray gives each 1-CPU worker

@@ -83,7 +83,7 @@ def child(side: str, rest: list[str], out: Path) -> None:
         mark("ray + ray.tune imported")
         import hpo.driver.progress
         import hpo.driver.ray_session
-        import hpo.session
+        import hpo.trial.session
 
         wrap(hpo.driver.runner, "_trainable", "load trainable + with_resources")
         wrap(ray, "init", "ray.init")

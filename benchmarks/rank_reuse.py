@@ -92,7 +92,7 @@ def _run(tmp: Path, name: str, args: argparse.Namespace, backend: str,
     if reuse and len(set(pids)) != 1:
         raise SystemExit(f"FAIL: {name}: the warm {args.device} ranks were not reused: rank 0 "
                          f"ran in processes {pids} (one pid expected). A rank is handed on only "
-                         "when its trial left no GPU memory (hpo.ranks.fresh); see the trial "
+                         "when its trial left no GPU memory (hpo.trial.ranks.fresh); see the trial "
                          "logs under " + str(tmp / "results" / name))
     return sum(gaps) / len(gaps), timed.other_cpu_s
 

@@ -136,7 +136,7 @@ def measure(variant: str, trials: int, iter_s: float, kind: str, seed: int, stor
             ) -> dict[str, Any]:
     from ray import tune
 
-    from hpo.ranks.trial import rank_placement
+    from hpo.trial.ranks.trial import rank_placement
 
     results: list[tuple[float, dict[str, Any]]] = []
 

@@ -7,7 +7,7 @@
 Each round runs `trainables.images` twice, in an order that alternates from round to round
 (drift on a shared machine hits both sides alike): once as the one trial of a real `hpo run`
 (checkpoint every epoch, hpo's default) and once standalone, a plain process calling the same
-function with `hpo.report` collecting into a list (`hpo.session.local_trial`: no Ray, no
+function with `hpo.report` collecting into a list (`hpo.trial.session.local_trial`: no Ray, no
 checkpoint). Both get the same torch threads (the trial's CPUs). An epoch's time is the wall
 time between two reports, so the hpo side pays for its reports and checkpoints; the first
 epoch (start-up, warm-up) is left out. Also shown: `train_s`, the training steps alone.
@@ -80,7 +80,7 @@ def standalone_child(config: dict[str, Any], threads: int) -> None:
     """The standalone side, in its own process: prints its reports as JSON."""
     import torch
 
-    from hpo.session import local_trial
+    from hpo.trial.session import local_trial
 
     torch.set_num_threads(threads)
     with local_trial() as reports:

@@ -1,7 +1,7 @@
 """hpo: hyperparameter tuning for deep learning on Slurm clusters, on top of Ray Tune.
 
 Inside a trainable use `hpo.report` and `hpo.get_checkpoint` (and `hpo.dist`,
-`hpo.large_batch` for data-parallel training); from Python, `hpo.run` and `hpo.resume` (with
+`hpo.trial.large_batch` for data-parallel training); from Python, `hpo.run` and `hpo.resume` (with
 a function or Ray Tune class as the trainable, `hpo.with_parameters` for large objects),
 `hpo.shutdown` to end the Ray they keep between runs, and `hpo.load` for an experiment's
 results.
@@ -9,6 +9,10 @@ results.
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.util
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +29,7 @@ from hpo.errors import (
     StorageError,
     TrainableImportError,
 )
-from hpo.session import get_checkpoint, report
+from hpo.trial.session import get_checkpoint, report
 
 if TYPE_CHECKING:  # the driver imports Ray and pandas: only when a run starts
     from hpo.cluster.auth import RayCluster
@@ -33,6 +37,30 @@ if TYPE_CHECKING:  # the driver imports Ray and pandas: only when a run starts
     from hpo.driver.trainable import WithParameters
     from hpo.results import Results
     from hpo.spec import Spec
+
+# The modules that moved into hpo.trial (issue 25) keep their old names: trainables import
+# them (`from hpo.large_batch import ...`) and Tune's pickled experiment state names their
+# classes and functions by module. An old name is the new module itself, never a second copy.
+_MOVED = {"hpo.session": "hpo.trial.session", "hpo.cost": "hpo.trial.cost",
+          "hpo.dist": "hpo.trial.dist", "hpo.large_batch": "hpo.trial.large_batch",
+          "hpo.driver.wrapper": "hpo.trial.one_process", "hpo.ranks": "hpo.trial.ranks",
+          **{f"hpo.ranks.{name}": f"hpo.trial.ranks.{name}"
+             for name in ("channel", "fresh", "groups", "pool", "rank", "trial")}}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        return importlib.util.spec_from_loader(name, self) if name in _MOVED else None
+
+    def create_module(self, spec: Any) -> Any:
+        return importlib.import_module(_MOVED[spec.name])
+
+    def exec_module(self, module: Any) -> None:  # already executed under its new name
+        pass
+
+
+if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _MovedModules())  # first: before the path finder loads a copy
 
 __all__ = [
     "ClusterStartError", "ConfigError", "ExperimentError", "HpoError", "LeaseError",

@@ -5,14 +5,15 @@ a checkpoint's GPU tensors restore. Exit 1, naming what failed.
 
 1. A trial on an NCCL group (one rank): Linear and Conv2d (cuBLAS, cuDNN), bf16 autocast, an
    Adam step. Afterwards the old check (empty_cache, then memory_allocated)
-   still sees cuBLAS's workspaces (68 MB on an H100, torch 2.11); hpo.ranks.fresh's
+   still sees cuBLAS's workspaces (68 MB on an H100, torch 2.11); hpo.trial.ranks.fresh's
    held_cuda_bytes frees them and sees no more than the idle baseline: reusable.
 2. A trial that leaves a CUDA tensor in a global list: not reusable.
 3. The same trial with the model wrapped in DDP: reported, not judged. torch 2.11 keeps one
    DDP Reducer's gradient buckets (about the model's gradient bytes) after the model is gone
    (seen on an H100: 289280 B for this model after each of 3 trials, not growing), so such a
    rank is not handed on yet.
-4. hpo.session restores a checkpoint's GPU tensors onto this rank's device, CPU ones on the CPU.
+4. hpo.trial.session restores a checkpoint's GPU tensors onto this rank's device, CPU ones
+   on the CPU.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ LEFT: list[torch.Tensor] = []  # what a leaking trial keeps
 
 
 def _fresh() -> Any:
-    """hpo/ranks/fresh.py by path: the package's __init__ needs pydantic, absent here."""
-    spec = importlib.util.spec_from_file_location("fresh", ROOT / "hpo/ranks/fresh.py")
+    """hpo/trial/ranks/fresh.py by path: the package's __init__ needs pydantic, absent here."""
+    spec = importlib.util.spec_from_file_location("fresh", ROOT / "hpo/trial/ranks/fresh.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -72,7 +73,7 @@ def _old_check() -> int:
 
 
 def _restore_check() -> dict[str, str]:
-    from hpo import session
+    from hpo.trial import session
 
     with tempfile.TemporaryDirectory() as folder:
         state = {"w": torch.ones(2, device="cuda"), "rng": torch.get_rng_state()}

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import hpo
-from hpo import dist, session
+from hpo.trial import dist, session
 from tests.conftest import trial_rows
 
 HERE = "tests/test_checkpoint_files.py"

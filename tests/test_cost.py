@@ -19,9 +19,9 @@ import yaml
 from conftest import ROOT, cli_invoke, hpo_cli, trial_rows
 
 import hpo
-from hpo import cost
 from hpo.reporting import build_report
 from hpo.results import load_results
+from hpo.trial import cost
 
 HERE = "tests/test_cost.py"
 DP_TRAINABLES = str(Path(__file__).with_name("dp_trainables.py"))

@@ -15,14 +15,14 @@ from sklearn.metrics import f1_score
 
 from hpo import dist
 from hpo.errors import ConfigError
-from hpo.large_batch import (
+from hpo.trial.large_batch import (
     REMOVED,
     BatchSchedule,
     check_trial_config,
     lr_for_batch,
     make_optimizer,
 )
-from hpo.session import local_trial
+from hpo.trial.session import local_trial
 from tests.conftest import hpo_cli
 from trainables import images
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import hpo
-from hpo.session import local_trial
+from hpo.trial.session import local_trial
 from tests.conftest import trial_rows
 from trainables import images
 

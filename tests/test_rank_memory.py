@@ -1,4 +1,4 @@
-"""Whether a warm rank may serve the next trial on a GPU (hpo.ranks.fresh): what torch keeps by
+"""Whether a warm rank may serve the next trial on a GPU (trial/ranks/fresh.py): what torch keeps by
 design (a matmul's cuBLAS workspace, cached blocks) is freed first and does not count; a tensor
 a trial left behind does. GPU memory readings are injected: this machine has no GPU (the real
 check: benchmarks/rank_reuse.py --device cuda, and tests/gpu_rank_memory.py)."""
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from hpo import dist
-from hpo.ranks import fresh
-from hpo.ranks.rank import RankEnd
+from hpo.trial.ranks import fresh
+from hpo.trial.ranks.rank import RankEnd
 
 MIB = 1 << 20
 

@@ -117,7 +117,7 @@ def test_trials_stopped_by_tune_hand_their_ranks_on(tmp_path: Path, backend: str
 def local_ray(tmp_path: Path) -> Any:
     """An embedded Ray in this process, so the trial-process side runs here, outside Tune."""
     from hpo.driver.ray_session import embedded_ray
-    from hpo.ranks import pool
+    from hpo.trial.ranks import pool
 
     with embedded_ray(tmp_path / "ray.log", num_cpus=2, keep=True):
         yield
@@ -127,8 +127,8 @@ def local_ray(tmp_path: Path) -> Any:
 def _trial_here(tmp_path: Path, workers: int = 2, **config: Any) -> list[int]:
     """One trial's ranks driven from this process as a trial process would; their pids."""
     from hpo.driver.trainable import resolve
-    from hpo.ranks.trial import _run_ranks
     from hpo.spec.model import Distributed
+    from hpo.trial.ranks.trial import _run_ranks
 
     before = [len(_found(tmp_path, rank)) if (tmp_path / "out" / f"rank{rank}.jsonl").exists()
               else 0 for rank in range(workers)]
@@ -148,7 +148,7 @@ def _gone(pids: list[int], within_s: float = 30) -> bool:
 
 
 def test_failed_trial_and_other_shape_get_new_ranks(tmp_path: Path, local_ray: Any) -> None:
-    from hpo.ranks.trial import RankFailure
+    from hpo.trial.ranks.trial import RankFailure
 
     (tmp_path / "out").mkdir()
     first = _trial_here(tmp_path)
@@ -166,8 +166,8 @@ def test_rank_count_comes_from_the_trial_resources(tmp_path: Path) -> None:
     from ray import tune
 
     from hpo.driver.trainable import resolve
-    from hpo.ranks.trial import distributed_trainable, rank_count
     from hpo.spec.model import Distributed
+    from hpo.trial.ranks.trial import distributed_trainable, rank_count
 
     assert rank_count(tune.PlacementGroupFactory([{}] + [{"CPU": 1}] * 3)) == 3
     assert rank_count(tune.PlacementGroupFactory([{"CPU": 1}] * 3)) == 2  # a head with CPUs

@@ -119,7 +119,7 @@ def _scheduler(batch: str = "fixed", guard: Any = None, max_workers: int = 4) ->
 def _trial(name: str, ranks: int = 1) -> Any:
     from ray.tune.experiment import Trial
 
-    from hpo.ranks.trial import rank_placement
+    from hpo.trial.ranks.trial import rank_placement
 
     trial = Trial("t", trial_id=name, stub=True, config={"lr": 0.1})
     trial.update_resources(rank_placement(ranks, {"CPU": 1, "GPU": 0}))

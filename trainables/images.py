@@ -17,7 +17,7 @@ Config keys (all optional): data ("synthetic"), multilabel (False), classes (10)
 image_size (16), train_size (4096), val_size (1024), noise (1.0), width (16), epochs (10),
 seed (0), lr (0.05: the rate at lr_reference_batch), optimizer ("sgd" | "adam" | "adamw" |
 "lars" | "lamb"), momentum (0.9), nesterov (False), weight_decay (0), precision ("fp32" |
-"bf16": autocast), channels_last (False), and hpo.large_batch's keys: batch_size (256, the
+"bf16": autocast), channels_last (False), and hpo.trial.large_batch's keys: batch_size (256, the
 global batch), lr_reference_batch, batch_schedule {start, max, double_every, lr_rule,
 ramp_steps}.
 """
@@ -36,7 +36,7 @@ from torch import nn
 import hpo
 from hpo import dist
 from hpo.errors import ConfigError
-from hpo.large_batch import (
+from hpo.trial.large_batch import (
     OPTIMIZERS,
     SOURCE,
     BatchSchedule,

@@ -12,10 +12,10 @@ from typing import Any
 
 from hpo.driver.trainable import check_findable, resets_config
 from hpo.errors import ConfigError
-from hpo.ranks import check_backend
 from hpo.spec.growth import rank_counts
 from hpo.spec.model import Spec, is_class_trainable
 from hpo.spec.schedulers import Rasda
+from hpo.trial.ranks import check_backend
 
 
 def before_ray(spec: Spec, source: str) -> None:
@@ -41,11 +41,11 @@ def on_cluster(spec: Spec, source: str, total: dict[str, float],
 
 
 def check_batch_keys(spec: Spec, source: str) -> None:
-    """The large-batch keys among the constants (hpo.large_batch: the global batch, the
+    """The large-batch keys among the constants (hpo.trial.large_batch: the global batch, the
     reference batch, `batch_schedule`, the removed keys), checked before anything starts.
     Only where they are hpo's: for the built-in trainables, or when `batch_schedule` is
     given; a user's own trainable may mean something else by `warmup_epochs`."""
-    from hpo.large_batch import SCHEDULE, check_trial_config
+    from hpo.trial.large_batch import SCHEDULE, check_trial_config
 
     ours = isinstance(spec.trainable, str) and spec.trainable.startswith("trainables.")
     if not ours and not any(k.split(".")[0] == SCHEDULE for k in spec.constants):

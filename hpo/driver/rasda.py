@@ -4,7 +4,7 @@ Ray's ASHA decides at each rung whether a trial goes on; here a trial that goes 
 rung is paused on that rung's checkpoint, gets `growth_factor` times its ranks (up to
 max_workers and to what is free) and resumes: its reports go on from the rung, never restart.
 With `batch: grows` the global batch grows with the ranks, written into the trial's config as
-`batch_schedule.grow_at` (hpo.large_batch), so the same config on one rank trains the same.
+`batch_schedule.grow_at` (hpo.trial.large_batch), so the same config on one rank trains the same.
 
 Ray's ResourceChangingScheduler cannot serve: it refuses reuse_actors, which hpo's rank reuse
 needs, and it offers paused trials only after pending ones (FIFO order). Here the decision is
@@ -32,9 +32,9 @@ from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
 from hpo.driver import ray_internals as ray_
 from hpo.driver.rasda_decision import NO_CHECKPOINT, Decision, Due, decide, free_slots
 from hpo.driver.rasda_gate import Gate, GatedSearch, gated
-from hpo.large_batch import SCHEDULE
-from hpo.ranks.trial import rank_count, rank_placement
 from hpo.spec.growth import rank_counts
+from hpo.trial.large_batch import SCHEDULE
+from hpo.trial.ranks.trial import rank_count, rank_placement
 
 if TYPE_CHECKING:
     from ray.tune.execution.tune_controller import TuneController

@@ -18,13 +18,13 @@ from hpo.driver.ray_session import connected_ray, embedded_ray
 from hpo.driver.storage_faults import check_resumable, storage_guard
 from hpo.driver.trainable import python_name
 from hpo.driver.walltime import WalltimeGuard, active
-from hpo.driver.wrapper import objects_in_store
 from hpo.errors import ConfigError, ExperimentError, RunError
 from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
 from hpo.spec.load import load_spec, spec_from_dict
 from hpo.spec.model import PYTHON_TRAINABLE, Spec
 from hpo.spec.plan import trial_count
 from hpo.spec.schedulers import seeded_scheduler_draws
+from hpo.trial.one_process import objects_in_store
 
 if TYPE_CHECKING:
     import pandas as pd

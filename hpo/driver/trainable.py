@@ -1,7 +1,7 @@
 """The user's trainable: imported from text (`pkg.module:function`, `path/file.py:function`)
 or handed over from Python (a function, closure, partial, Ray Tune class, or one bound to
 large objects by `with_parameters`); the wrapper that runs it as a trial is
-hpo.driver.wrapper."""
+hpo.trial.one_process."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from types import ModuleType
 from typing import Any
 
 from hpo.errors import ConfigError, TrainableImportError
-from hpo.session import Trainable
 from hpo.spec._validation import did_you_mean
 from hpo.spec.model import PYTHON_TRAINABLE, target
+from hpo.trial.session import Trainable
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,11 +10,11 @@ from typing import Any
 
 from hpo.driver import preflight, walltime
 from hpo.driver.trainable import resets_config, resolve
-from hpo.driver.wrapper import call_with_objects, class_with_objects, with_session
 from hpo.spec.distributions import Distribution
 from hpo.spec.model import Spec, is_class_trainable
 from hpo.spec.schedulers import Rasda
 from hpo.spec.searchers import Grid
+from hpo.trial.one_process import call_with_objects, class_with_objects, with_session
 
 
 def user_trainable(spec: Spec, source: str,
@@ -27,7 +27,7 @@ def user_trainable(spec: Spec, source: str,
 
 def trainable(spec: Spec, func: Any, holder: str | None = None) -> Any:
     """The user's function or class as a Tune trainable that asks for its trial's resources;
-    `holder` names the run's objects in Ray's store (hpo.driver.wrapper.objects_in_store)."""
+    `holder` names the run's objects in Ray's store (hpo.trial.one_process.objects_in_store)."""
     from ray import tune
 
     name = getattr(func, "__name__", "trainable")
@@ -37,7 +37,7 @@ def trainable(spec: Spec, func: Any, holder: str | None = None) -> Any:
     if holder:  # bound by name, never by value: a rank gets the refs, not a pickled copy
         func = functools.partial(call_with_objects, func, holder)
     if spec.distributed:
-        from hpo.ranks.trial import distributed_trainable
+        from hpo.trial.ranks.trial import distributed_trainable
 
         wrapped = distributed_trainable(func, spec.distributed, spec.checkpoint.frequency)
     else:

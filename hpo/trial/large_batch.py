@@ -2,7 +2,7 @@
 
 `batch_size` is the global batch and `lr` the learning rate at `lr_reference_batch`: the
 rank count never enters the math, so a config takes the same steps on 1, 2 or 4 ranks
-(split the batch with `hpo.dist.local_batch_size`, draw its rows with `hpo.dist.batches`).
+(split the batch with `dist.local_batch_size`, draw its rows with `dist.batches`).
 `batch_schedule` grows the global batch during training, moving the LR with it:
 
     batch_size: 64             # the global batch (the first one, when it grows)

@@ -2,7 +2,7 @@
 
 Horovod's own `RayExecutor` places its workers in the current placement group and sets up its
 Gloo/NCCL rendezvous; for DDP a few plain actors get MASTER_ADDR/RANK/WORLD_SIZE. A started
-group can serve one trial after another (`reopen` between them, see hpo.ranks.pool).
+group can serve one trial after another (`reopen` between them, see hpo.trial.ranks.pool).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The Tune trainable of a one-process trial: the user's function inside hpo's session (the
-data-parallel one is hpo.ranks.trial); and the large objects every trial gets by reference.
+data-parallel one is hpo.trial.ranks.trial); and the large objects every trial gets by reference.
 
 Objects are put in Ray's object store once per run and reach trials through a small holder
 actor found by name, not as ObjectRefs captured in the pickled trainable: Ray pins a ref
@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo import cost, session
-from hpo.session import Trainable, tune_storage
+from hpo.trial import cost, session
+from hpo.trial.session import Trainable, tune_storage
 
 
 def with_session(func: Trainable, checkpoint_every: int, cpus: float = 1) -> Trainable:

@@ -32,7 +32,7 @@ def unpack_folder(files: Files, folder: Path) -> Path:
 @ray.remote(num_cpus=0)
 class ReportChannel:
     """A one-slot mailbox between rank 0 (put) and the trial process (take, ack). It serves
-    every trial of a warm rank group (hpo.ranks.pool): `reset` opens it for the next one."""
+    every trial of a warm rank group (hpo.trial.ranks.pool): `reset` opens it for the next one."""
 
     def __init__(self) -> None:
         self._reports: asyncio.Queue[tuple[Report, asyncio.Event] | None] = asyncio.Queue()

@@ -54,7 +54,7 @@ def init(backend: Backend) -> None:
 
 def shutdown() -> None:
     """Leave the backend (Horovod's ring, DDP's process group) so that the next trial in this
-    process can init it again: a warm rank serves many trials (hpo.ranks.pool). A rank that
+    process can init it again: a warm rank serves many trials (hpo.trial.ranks.pool). A rank that
     leaves first makes the others' next collective fail at once, not hang."""
     global _backend
     if _backend == "horovod":

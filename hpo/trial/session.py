@@ -2,7 +2,7 @@
 
 A checkpoint is whatever the trainable hands over: a dict of state (saved with torch.save if
 torch is loaded, else pickle) or a directory path; `get_checkpoint` gives the same kind back,
-its GPU tensors on the trial's own device (hpo.dist.device). Ray Tune's own `ray.tune.report` /
+its GPU tensors on the trial's own device (dist.device). Ray Tune's own `ray.tune.report` /
 `ray.tune.get_checkpoint` keep working unchanged.
 
 A checkpoint in transit lives in a temporary folder (hpo-ckpt-*, hpo-restore-* in TMPDIR):
@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from hpo import cost, dist
+from hpo.trial import cost, dist
 
 Trainable = Callable[[dict[str, Any]], Any]  # what `trainable:` names: f(config)
 _STATE_PT, _STATE_PKL, _DIR, _ITER = "hpo_state.pt", "hpo_state.pkl", "hpo_dir", "hpo_iteration"
 
 
 class RankLink(Protocol):
-    """How a data-parallel rank reaches its trial (see hpo.ranks.rank)."""
+    """How a data-parallel rank reaches its trial (see hpo.trial.ranks.rank)."""
 
     main: bool  # rank 0: the only rank whose reports reach the scheduler
 

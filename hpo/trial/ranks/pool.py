@@ -7,7 +7,7 @@ Tune hands a reused trial actor on with its placement group (TuneController cach
 per PlacementGroupFactory), so ranks started inside that group stay valid for the next trial.
 A trial process has one placement group, so at most one group waits here. It is handed on
 only when its shape (backend, rank count, resources per rank, env, placement group) is the
-one asked for and every rank ended clean (hpo.ranks.rank.RankEnd); a group whose trial
+one asked for and every rank ended clean (hpo.trial.ranks.rank.RankEnd); a group whose trial
 failed or hung is shut down. `HPO_RANK_REUSE=0` in the trial's environment turns reuse off
 (every trial starts new ranks: a benchmark's baseline).
 """
@@ -22,16 +22,16 @@ from typing import Any
 import ray
 from ray.util.placement_group import get_current_placement_group
 
-from hpo.ranks.channel import ReportChannel
-from hpo.ranks.groups import RankGroup, rank_group
-from hpo.ranks.rank import RankEnd
 from hpo.spec.model import Distributed
+from hpo.trial.ranks.channel import ReportChannel
+from hpo.trial.ranks.groups import RankGroup, rank_group
+from hpo.trial.ranks.rank import RankEnd
 
 # How long the next trial waits for a stopped trial's ranks to wind down; longer and it starts
-# new ones. Every rank learns the stop at its report (hpo.session), so they leave together
+# new ones. Every rank learns the stop at its report (hpo.trial.session), so they leave together
 # within milliseconds; the wait costs time only when a rank hangs.
 WIND_DOWN_S = 5.0
-log = logging.getLogger("hpo.ranks")
+log = logging.getLogger("hpo.trial.ranks")
 
 Shape = tuple[Any, ...]
 

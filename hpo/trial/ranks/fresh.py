@@ -1,6 +1,6 @@
 """What one trial leaves behind in a rank process, undone before the next trial runs there.
 
-A warm rank (hpo.ranks.pool) serves trial after trial; each starts as in a new process:
+A warm rank (hpo.trial.ranks.pool) serves trial after trial; each starts as in a new process:
 random generators as a new process has them (torch's at its fixed default seed, Python's
 and NumPy's seeded from the OS); the environment, working directory, default dtype and grad
 mode as they were. After the trial its objects are collected and the CUDA memory they held
@@ -8,7 +8,7 @@ must be free again, or the rank is not handed on. (The trainable's own module gl
 fresh too: hpo ships a trainable from a file by value, a new copy with each trial.) What torch
 keeps allocated by design (cuBLAS workspaces, cached blocks) is freed before that check; the
 gradient buckets of a trial's DDP models, which torch 2.11 keeps after the model is gone
-(tests/gpu_rank_memory.py), are allowed for (hpo.dist.ddp_bucket_bytes): they are replaced,
+(tests/gpu_rank_memory.py), are allowed for (hpo.trial.dist.ddp_bucket_bytes): they are replaced,
 not added to, by the next trial's.
 """
 

@@ -13,9 +13,9 @@ from typing import Any, BinaryIO
 
 import ray
 
-from hpo import dist, session
-from hpo.ranks import fresh
-from hpo.ranks.channel import Files, pack_folder, unpack_folder
+from hpo.trial import dist, session
+from hpo.trial.ranks import fresh
+from hpo.trial.ranks.channel import Files, pack_folder, unpack_folder
 
 
 class TrialStopped(BaseException):
@@ -29,9 +29,9 @@ class RankEnd:
     pid: int
     stopped: bool  # Tune stopped the trial before the trainable returned
     backend_down: bool  # the backend was shut down (ready to init again)
-    cuda_bytes: int  # GPU memory held after the trial (hpo.ranks.fresh.held_cuda_bytes)
+    cuda_bytes: int  # GPU memory held after the trial (hpo.trial.ranks.fresh.held_cuda_bytes)
     # ... before the process's first trial, plus what the trial's DDP models may leave by
-    # design (hpo.dist.ddp_bucket_bytes)
+    # design (hpo.trial.dist.ddp_bucket_bytes)
     idle_cuda_bytes: int
 
     @property
@@ -41,7 +41,7 @@ class RankEnd:
 
 @dataclass
 class ChannelLink:
-    """hpo.report / hpo.get_checkpoint on a rank (see hpo.session.RankLink)."""
+    """hpo.report / hpo.get_checkpoint on a rank (see hpo.trial.session.RankLink)."""
 
     main: bool
     channel: Any  # ReportChannel actor handle

@@ -1,5 +1,5 @@
 """The Tune trainable of a data-parallel trial: get ranks (warm ones when the last trial in this
-process left them, see hpo.ranks.pool), relay rank 0's reports."""
+process left them, see hpo.trial.ranks.pool), relay rank 0's reports."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 
 import ray
 
-from hpo import cost
-from hpo.ranks import pool
-from hpo.ranks.channel import Files, pack_folder, unpack_folder
-from hpo.ranks.rank import RankEnd, run_rank
-from hpo.session import Trainable, checkpoint_in_transit, trial_folder
 from hpo.spec.model import Distributed
+from hpo.trial import cost
+from hpo.trial.ranks import pool
+from hpo.trial.ranks.channel import Files, pack_folder, unpack_folder
+from hpo.trial.ranks.rank import RankEnd, run_rank
+from hpo.trial.session import Trainable, checkpoint_in_transit, trial_folder
 
 
 class RankFailure(RuntimeError):

@@ -1,0 +1,18 @@
+"""What runs inside a trial's processes, in one place.
+
+The driver turns a spec into Tune objects (hpo.driver); everything Tune then runs on a worker
+is here:
+    session      the context a trainable sees: `hpo.report`, `hpo.get_checkpoint`, checkpoint
+                 files in and out of Ray's storage
+    cost         cpu/gpu hours and energy added to every report
+    one_process  the Tune trainable of a one-process trial (`with_session`), and large objects
+                 by reference (`objects_in_store`, `call_with_objects`, `class_with_objects`)
+    ranks/       the Tune trainable of a data-parallel trial (`ranks.trial.distributed_trainable`,
+                 `rank_placement`, `rank_count`): Horovod or DDP ranks, warm ranks
+    dist         what a trainable calls to run the same on one process or many ranks
+    large_batch  the large-batch recipe: global batch, LR rules, batch schedules, optimizers
+The driver imports only the entry points named above. `hpo.dist`, `hpo.large_batch`,
+`hpo.session`, `hpo.cost`, `hpo.ranks` and `hpo.driver.wrapper` (their places before
+2026-11-26) still import these modules (hpo/__init__.py), so older trainables and pickled
+experiment state keep working.
+"""

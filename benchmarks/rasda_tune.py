@@ -132,8 +132,8 @@ def searcher(kind: str, seed: int) -> Any:
     return OptunaSearch(sampler=optuna.samplers.TPESampler(seed=seed))
 
 
-def measure(variant: str, trials: int, iter_s: float, kind: str, seed: int, storage: Path
-            ) -> dict[str, Any]:
+def measure(variant: str, trials: int, iter_s: float, kind: str, seed: int, storage: Path,
+            callbacks: tuple[Any, ...] = ()) -> dict[str, Any]:
     from ray import tune
 
     from hpo.trial.ranks.trial import rank_placement
@@ -155,7 +155,8 @@ def measure(variant: str, trials: int, iter_s: float, kind: str, seed: int, stor
         tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=chosen,
                                     search_alg=search, num_samples=trials, reuse_actors=True),
         run_config=tune.RunConfig(name=f"{variant}-{trials}-{kind}-{seed}",
-                                  storage_path=str(storage), verbose=0, callbacks=[Clock()]))
+                                  storage_path=str(storage), verbose=0,
+                                  callbacks=[Clock(), *callbacks]))
     start = time.monotonic()
     tuner.fit()
     return summary(results, start, time.monotonic() - start)

@@ -72,7 +72,11 @@ class _Controller:
     def __init__(self, trials: list[Any], cpus: float) -> None:
         self.trials, self._cpus = trials, cpus
         self._resource_updater = self
+        self._actor_cache = self  # nothing kept for reuse
         self.max_pending: int | None = None
+
+    def pop_cached_object(self, key: Any) -> None:
+        return None
 
     def update_max_pending_trials(self, count: int) -> None:
         self.max_pending = count
@@ -482,9 +486,11 @@ def test_a_growing_trials_cached_actor_is_dropped_and_a_stuck_growth_opens_the_g
 
     scheduler, trial = _scheduler(), _trial("t")
     controller = _Controller([trial], cpus=8)
-    dropped: list[bool] = []
-    controller._actor_cache = type("Cache", (), {"num_cached_objects": 1})()
-    controller._cleanup_cached_actors = lambda force_all: dropped.append(force_all)
+    dropped: list[Any] = []
+    kept = {trial.placement_group_factory: ["its old actor"]}
+    controller._actor_cache = type("Cache", (), {"pop_cached_object": lambda self, key: (
+        kept.get(key) or [None]).pop()})()
+    controller._remove_actor = lambda tracked_actor: dropped.append(tracked_actor)
     scheduler.on_trial_add(controller, trial)
     assert scheduler.on_trial_result(controller, trial, {**_result(1, 0.5),
                                                          "time_this_iter_s": 2.0}) == \
@@ -492,7 +498,7 @@ def test_a_growing_trials_cached_actor_is_dropped_and_a_stuck_growth_opens_the_g
     trial.set_status(Trial.PAUSED)
     clock = [100.0]
     monkeypatch.setattr(rasda.time, "monotonic", lambda: clock[0])
-    assert scheduler.choose_trial_to_run(controller) is trial and dropped == [True]
+    assert scheduler.choose_trial_to_run(controller) is trial and dropped == ["its old actor"]
     trial.set_status(Trial.PENDING)  # its grown placement group waits in Ray's queue
     clock[0] += 2.9
     scheduler.choose_trial_to_run(controller)

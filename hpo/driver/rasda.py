@@ -232,12 +232,10 @@ class RasdaScheduler(AsyncHyperBandScheduler):
         cluster holds them: few are pending, and none new while a growth waits); held ones
         never."""
         trials = tune_controller.get_trials()
-        self._apply_resizes(trials)
+        self._apply_resizes(tune_controller, trials)
         self._release_stuck(trials)
         for trial in trials:
             if trial.status == Trial.PAUSED and trial.trial_id not in self._held:
-                if trial.trial_id in self._growing:
-                    ray_.drop_cached_actors(tune_controller)  # its old actor, kept for reuse
                 return trial
         for trial in trials:
             if trial.status == Trial.PENDING:
@@ -250,12 +248,15 @@ class RasdaScheduler(AsyncHyperBandScheduler):
             self._guard.stop_run("no rung fits before the allocation ends")
         return None
 
-    def _apply_resizes(self, trials: list[Trial]) -> None:
+    def _apply_resizes(self, tune_controller: TuneController, trials: list[Trial]) -> None:
         # A trial pausing is still RUNNING until its checkpoint is saved: resize it after.
         for trial in trials:
             ranks = self._resize.get(trial.trial_id)
             if ranks is not None and trial.status == Trial.PAUSED:
                 if ranks != ranks_of(trial):
+                    # Tune keeps its old actor (reuse_actors) for a trial of the old shape:
+                    # stopped, its devices go to the grown placement instead
+                    ray_.drop_cached_actor(tune_controller, trial.placement_group_factory)
                     trial.update_resources(rank_placement(ranks, self._bundle))
                 del self._resize[trial.trial_id]
                 if trial.trial_id in self._growing:  # its placement is asked for now

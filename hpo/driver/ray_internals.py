@@ -8,7 +8,8 @@ checks each against the installed Ray and fails loudly when one is gone or chang
   - TrialRunnerWrapper._tune_controller: schedulers get a wrapper that warns on any name
     not on its list; update_max_pending_trials is not on it;
   - TuneController.update_max_pending_trials(n) (public on the controller, n >= 1; 0 or
-    None means Ray's default) and ._cleanup_cached_actors(force_all) with ._actor_cache.
+    None means Ray's default), ._actor_cache (an _ObjectCache keyed by the placement group
+    factory: pop_cached_object(key)) and ._remove_actor(tracked_actor).
 """
 
 from __future__ import annotations
@@ -45,14 +46,16 @@ def bound_pending_trials(view: Any, count: int) -> None:
     controller_of(view).update_max_pending_trials(max(1, count))
 
 
-def drop_cached_actors(view: Any) -> None:
-    """Stop the actors Tune keeps for reuse (reuse_actors): a growing trial's old actor, kept
-    with its placement group, would go to a pending trial of its old shape or hold devices
-    that the grown placement group needs."""
+def drop_cached_actor(view: Any, resources: Any) -> bool:
+    """Stop one actor of this shape (a PlacementGroupFactory) that Tune keeps for reuse
+    (reuse_actors): a growing trial's old actor, kept with its placement group, would go to
+    a pending trial of its old shape or hold devices that the grown placement group needs.
+    The others stay for the trials they can serve. False: none was kept."""
     controller = controller_of(view)
-    cache = getattr(controller, "_actor_cache", None)
-    if cache is not None and cache.num_cached_objects:
-        controller._cleanup_cached_actors(force_all=True)
+    actor = controller._actor_cache.pop_cached_object(resources)
+    if actor is not None:
+        controller._remove_actor(tracked_actor=actor)
+    return actor is not None
 
 
 def missing() -> list[str]:
@@ -69,13 +72,14 @@ def missing() -> list[str]:
     if not (isinstance(rungs, list) and rungs and isinstance(rungs[0][1], dict)):
         gaps.append("_Bracket._rungs as [(milestone, {trial id: value})]")
     wants = {TuneController: ("_resource_updater", "_actor_cache", "update_max_pending_trials",
-                              "_cleanup_cached_actors"),
-             TrialRunnerWrapper: ("_tune_controller",), ObjectCache: ("num_cached_objects",)}
+                              "_remove_actor"),
+             TrialRunnerWrapper: ("_tune_controller",), ObjectCache: ("pop_cached_object",)}
     for cls, names in wants.items():
         source = inspect.getsource(cls)
         gaps += [f"{cls.__name__}.{n}" for n in names if f"{n}" not in source]
     for method, params in ((TuneController.update_max_pending_trials, ["max_pending_trials"]),
-                           (TuneController._cleanup_cached_actors, ["force_all"])):
+                           (TuneController._remove_actor, ["tracked_actor"]),
+                           (ObjectCache.pop_cached_object, ["key"])):
         if list(inspect.signature(method).parameters)[1:] != params:
             gaps.append(f"{method.__qualname__}{inspect.signature(method)}")
     return gaps

@@ -81,7 +81,7 @@ def child(side: str, rest: list[str], out: Path) -> None:
         import ray
         from ray import tune
         mark("ray + ray.tune imported")
-        import hpo.driver.progress
+        import hpo.driver.plugins.progress
         import hpo.driver.ray_session
         import hpo.trial.session
 
@@ -93,7 +93,7 @@ def child(side: str, rest: list[str], out: Path) -> None:
         wrap(hpo.driver.runner, "_outcome", "load results (pandas)")
         wrap(hpo.cli, "_finish", "print table")
         for name in ("on_trial_result", "on_step_end", "setup", "on_experiment_end"):
-            wrap(hpo.driver.progress.LiveProgress, name, f"LiveProgress.{name}", span=False)
+            wrap(hpo.driver.plugins.progress.LiveProgress, name, f"LiveProgress.{name}", span=False)
         sys.argv = ["hpo", *rest]
         try:
             hpo.cli.main()

@@ -111,7 +111,7 @@ def search_space() -> dict[str, Any]:
 def scheduler(variant: str) -> Any:
     from ray.tune.schedulers import AsyncHyperBandScheduler
 
-    from hpo.driver.rasda import RasdaScheduler
+    from hpo.driver.plugins.rasda import RasdaScheduler
     from hpo.spec.schedulers import Rasda
 
     if variant == "asha":

@@ -38,14 +38,20 @@ if TYPE_CHECKING:  # the driver imports Ray and pandas: only when a run starts
     from hpo.results import Results
     from hpo.spec import Spec
 
-# The modules that moved into hpo.trial (issue 25) keep their old names: trainables import
-# them (`from hpo.large_batch import ...`) and Tune's pickled experiment state names their
-# classes and functions by module. An old name is the new module itself, never a second copy.
+# The modules that moved into hpo.trial and hpo.driver's rooms (issue 25) keep their old
+# names: trainables import them (`from hpo.large_batch import ...`) and Tune's pickled
+# experiment state names their classes and functions by module. An old name is the new
+# module itself, never a second copy.
 _MOVED = {"hpo.session": "hpo.trial.session", "hpo.cost": "hpo.trial.cost",
           "hpo.dist": "hpo.trial.dist", "hpo.large_batch": "hpo.trial.large_batch",
           "hpo.driver.wrapper": "hpo.trial.one_process", "hpo.ranks": "hpo.trial.ranks",
           **{f"hpo.ranks.{name}": f"hpo.trial.ranks.{name}"
-             for name in ("channel", "fresh", "groups", "pool", "rank", "trial")}}
+             for name in ("channel", "fresh", "groups", "pool", "rank", "trial")},
+          **{f"hpo.driver.{name}": f"hpo.driver.guards.{name}" for name in (
+              "stops", "history", "lease", "storage_faults", "walltime", "node_loss")},
+          **{f"hpo.driver.{name}": f"hpo.driver.plugins.{name}" for name in (
+              "progress", "trial_logs", "tracking", "warm_start", "rasda", "rasda_decision",
+              "rasda_gate", "ray_internals")}}
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):

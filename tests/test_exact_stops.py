@@ -20,8 +20,8 @@ from conftest import ROOT, trial_rows
 from stop_points import SPEC, StopAt
 
 import hpo
-from hpo.driver.history import cut_after
-from hpo.driver.stops import HeldStop, signals_restored, stopped_by
+from hpo.driver.guards.history import cut_after
+from hpo.driver.guards.stops import HeldStop, signals_restored, stopped_by
 from hpo.errors import RunError
 
 STEPS = SPEC["constants"]["steps"]

@@ -1,4 +1,4 @@
-"""One writer per experiment folder (hpo/driver/lease.py): two real `hpo run` (and two
+"""One writer per experiment folder (hpo/driver/guards/lease.py): two real `hpo run` (and two
 `hpo resume`) started at once on one folder, exactly one runs; stale leases are taken over,
 live ones never; the takeover is one atomic step. Fencing across processes (SIGSTOP, skewed
 clocks): tests/test_lease_fencing.py."""
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from hpo.driver import lease
-from hpo.driver.lease import LEASE_FILE, Holder, experiment_lease, takeover_reason
+from hpo.driver.guards import lease
+from hpo.driver.guards.lease import LEASE_FILE, Holder, experiment_lease, takeover_reason
 from hpo.errors import LeaseError
 from hpo.results import load_results
 

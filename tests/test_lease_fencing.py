@@ -1,5 +1,5 @@
-"""A lease that fences (hpo/driver/lease.py), with real processes as holders: one stopped past
-its stale time is taken over and, once continued, exits 3 with one line and writes nothing
+"""A lease that fences (hpo/driver/guards/lease.py), with real processes as holders: one stopped
+past its stale time is taken over and, once continued, exits 3 with one line and writes nothing
 more into the experiment; one whose clock is 10 minutes off is neither taken over while alive
 nor immortal when dead (the claimant only trusts what it sees change, by its own clock)."""
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from hpo.driver import lease
-from hpo.driver.lease import LEASE_FILE, experiment_lease
+from hpo.driver.guards import lease
+from hpo.driver.guards.lease import LEASE_FILE, experiment_lease
 from hpo.errors import LeaseError
 
 # A holder, run as `python -c HOLDER EXP_DIR SKEW_S HOST`: takes the lease through hpo's API
@@ -32,7 +32,7 @@ real_time = time.time
 time.time = lambda: real_time() + skew  # this node's clock is off by SKEW_S
 if host:  # on another node: a claimant cannot look at its pid
     socket.gethostname = lambda: host
-from hpo.driver.lease import LEASE_FILE, experiment_lease
+from hpo.driver.guards.lease import LEASE_FILE, experiment_lease
 
 def stamp():  # as a node with a skewed clock stamps the files it writes (Lustre: the client)
     while True:

@@ -234,7 +234,7 @@ def test_optuna_mirror_holds_every_objective(experiment: Path) -> None:
 def test_live_view_shows_each_objective() -> None:
     from types import SimpleNamespace
 
-    from hpo.driver.progress import LiveProgress
+    from hpo.driver.plugins.progress import LiveProgress
 
     view = LiveProgress([("score", "max"), ("cost", "min")], total=2)
     trial = SimpleNamespace(trial_id="t1", status="RUNNING", config={"x": 0.5})

@@ -140,7 +140,7 @@ def test_a_trial_passing_a_rung_pauses_and_resumes_on_twice_the_ranks_first() ->
     from ray.tune.experiment import Trial
     from ray.tune.schedulers import TrialScheduler
 
-    from hpo.driver.rasda import ranks_of
+    from hpo.driver.plugins.rasda import ranks_of
 
     scheduler, (runner, waiting) = _scheduler(), (_trial("runner"), _trial("waiting"))
     waiting.set_status(Trial.PENDING)
@@ -211,7 +211,7 @@ def test_a_rung_that_cannot_finish_in_the_allocation_is_held() -> None:
     from ray.tune.experiment import Trial
     from ray.tune.schedulers import TrialScheduler
 
-    from hpo.driver.rasda import ranks_of
+    from hpo.driver.plugins.rasda import ranks_of
 
     guard = _Guard(allowed=False)
     scheduler, trial = _scheduler(guard=guard), _trial("t")
@@ -238,7 +238,7 @@ def test_a_rung_that_cannot_finish_in_the_allocation_is_held() -> None:
 def test_the_live_view_shows_each_running_trials_ranks() -> None:
     from types import SimpleNamespace
 
-    from hpo.driver.progress import LiveProgress
+    from hpo.driver.plugins.progress import LiveProgress
 
     view = LiveProgress([("loss", "min")], total=2)
     grown, plain = (SimpleNamespace(trial_id=name, status="RUNNING", config={})
@@ -254,7 +254,7 @@ def test_a_resumed_experiment_gives_grown_trials_their_ranks_back() -> None:
     """Tune rebuilds a restored trial's resources from the trainable's (one rank)."""
     from ray.tune.experiment import Trial
 
-    from hpo.driver.rasda import ranks_of
+    from hpo.driver.plugins.rasda import ranks_of
 
     scheduler, grown, fresh = _scheduler(), _trial("grown"), _trial("fresh")
     for trial in (grown, fresh):
@@ -325,7 +325,7 @@ def test_a_trial_that_ends_before_its_growth_frees_the_ranks_it_was_to_take(end:
 ])
 def test_the_growth_decision(due: dict[str, Any], free: int, pending: int,
                              fits: set[int] | None, expected: tuple[str, int, int]) -> None:
-    from hpo.driver.rasda_decision import Due, decide
+    from hpo.driver.plugins.rasda_decision import Due, decide
 
     decision = decide(Due(**{"counts": (1, 2, 4), "ranks": 1, **due}), free, pending,
                       fits=None if fits is None else fits.__contains__)
@@ -340,20 +340,21 @@ def test_the_growth_decision(due: dict[str, Any], free: int, pending: int,
 ])
 def test_free_slots(total: dict[str, float], taken: list[dict[str, float]],
                     bundle: dict[str, float], slots: int) -> None:
-    from hpo.driver.rasda_decision import free_slots
+    from hpo.driver.plugins.rasda_decision import free_slots
 
     assert free_slots(total, taken, bundle) == slots
 
 
 def test_ray_still_has_what_rasda_reads() -> None:
-    """hpo.driver.ray_internals reads private parts of Ray 2.60.0: a newer Ray must be
+    """hpo.driver.plugins.ray_internals reads private parts of Ray 2.60.0: a newer Ray must be
     checked against it (and RAY_VERSION moved) before hpo uses it."""
     import ray
 
-    from hpo.driver import ray_internals
+    from hpo.driver.plugins import ray_internals
 
     assert ray_internals.missing() == []
-    assert ray.__version__ == ray_internals.RAY_VERSION, "re-read hpo/driver/ray_internals.py"
+    assert ray.__version__ == ray_internals.RAY_VERSION, \
+        "re-read hpo/driver/plugins/ray_internals.py"
 
 
 # Admission: a promoted trial due to grow comes before new trials.
@@ -374,7 +375,7 @@ def test_a_due_growth_waits_for_freed_devices_while_new_trials_wait() -> None:
     from ray.tune.experiment import Trial
     from ray.tune.schedulers import TrialScheduler
 
-    from hpo.driver.rasda import ranks_of
+    from hpo.driver.plugins.rasda import ranks_of
 
     scheduler, controller, grower, (_, other, queued) = _full(cpus=3)
     assert controller.max_pending == 2  # Tune's default would be 200 with random search
@@ -435,7 +436,7 @@ def _noop(config: dict[str, Any]) -> None:
 def test_the_gate_holds_back_random_search() -> None:
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    from hpo.driver.rasda_gate import Gate, gated
+    from hpo.driver.plugins.rasda_gate import Gate, gated
 
     gate = Gate()
     search = gated(BasicVariantGenerator(), gate, max_concurrent=3)
@@ -451,7 +452,7 @@ def test_the_gate_holds_back_random_search() -> None:
 def test_the_gate_holds_back_a_searcher() -> None:
     from ray.tune.search import ConcurrencyLimiter, Searcher
 
-    from hpo.driver.rasda_gate import Gate, gated
+    from hpo.driver.plugins.rasda_gate import Gate, gated
 
     class Counting(Searcher):
         def suggest(self, trial_id: str) -> dict[str, Any]:
@@ -482,7 +483,7 @@ def test_a_growing_trials_cached_actor_is_dropped_and_a_stuck_growth_opens_the_g
     from ray.tune.experiment import Trial
     from ray.tune.schedulers import TrialScheduler
 
-    from hpo.driver import rasda
+    from hpo.driver.plugins import rasda
 
     scheduler, trial = _scheduler(), _trial("t")
     controller = _Controller([trial], cpus=8)

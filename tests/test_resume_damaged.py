@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import hpo_cli
 
-from hpo.driver.storage_faults import check_resumable
+from hpo.driver.guards.storage_faults import check_resumable
 from hpo.errors import ExperimentError
 
 pytestmark = pytest.mark.ray

@@ -22,7 +22,7 @@ from ray.tune.search.basic_variant import BasicVariantGenerator
 from ray.tune.search.optuna import OptunaSearch
 
 from hpo.driver import translate
-from hpo.driver.rasda import RasdaScheduler
+from hpo.driver.plugins.rasda import RasdaScheduler
 from hpo.driver.translate import param_space
 from hpo.spec.distributions import KINDS, Distribution
 from hpo.spec.load import spec_from_dict

@@ -1,5 +1,5 @@
 """A full, over-quota, read-only or failing experiment file system
-(hpo/driver/storage_faults.py): one line, exit code 4, Tune's snapshot left whole, and `hpo
+(hpo/driver/guards/storage_faults.py): one line, exit code 4, Tune's snapshot left whole, and `hpo
 resume` finishes with exact counts. A trial's own OSError (its data, its scratch) is that
 trial's failure: retried, then exit 1 with a line naming the trial and its error."""
 
@@ -21,10 +21,10 @@ import pytest
 import yaml
 from conftest import hpo_cli
 
-from hpo.driver import storage_faults
+from hpo.driver.guards import storage_faults
+from hpo.driver.guards.storage_faults import Fault, StorageWatch, classify, storage_guard
+from hpo.driver.plugins.trial_logs import StorageReserve
 from hpo.driver.ray_session import _RunLog
-from hpo.driver.storage_faults import Fault, StorageWatch, classify, storage_guard
-from hpo.driver.trial_logs import StorageReserve
 from hpo.errors import StorageError
 from hpo.results import load_results
 

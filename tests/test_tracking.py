@@ -17,7 +17,7 @@ from conftest import trial_rows
 from stop_points import SPEC, StopAt
 
 import hpo
-from hpo.driver.tracking import MLFLOW_RUNS_FILE
+from hpo.driver.plugins.tracking import MLFLOW_RUNS_FILE
 from hpo.errors import ConfigError, RunError
 from hpo.spec import tracking
 from hpo.spec.load import spec_from_dict

@@ -1,4 +1,4 @@
-"""The per-trial loggers keep every row when a trial restarts (hpo/driver/trial_logs.py).
+"""The per-trial loggers keep every row when a trial restarts (hpo/driver/plugins/trial_logs.py).
 
 Ray copies result.json and progress.csv back from storage over the driver's copy each time a
 trial restarts; storage lags the driver, so rows were lost (a PBT exploit at the last
@@ -19,8 +19,8 @@ from ray.train._internal.storage import StorageContext
 from ray.tune.experiment import Trial
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
+from hpo.driver.plugins.trial_logs import CsvLogger, JsonLogger
 from hpo.driver.ray_session import embedded_ray
-from hpo.driver.trial_logs import CsvLogger, JsonLogger
 
 
 def _rows(file_name: str, iterations: range) -> str:

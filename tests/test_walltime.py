@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT, cli_invoke
 
 from hpo.cluster.slurm_env import job_end_time
-from hpo.driver.walltime import (
+from hpo.driver.guards.walltime import (
     WalltimeGuard,
     active,
     catches,
@@ -206,7 +206,7 @@ def test_allows(now: float, iterations: int, ranks: int, allowed: bool) -> None:
 
 def test_work_on_other_ranks_pays_a_restart() -> None:
     """Growing pauses the trial, places it anew and restores it: that time counts too."""
-    from hpo.driver.walltime import RESTART_S
+    from hpo.driver.guards.walltime import RESTART_S
 
     clock = Clock(900.0)
     guard = _guard(clock)  # deadline 1080
@@ -294,7 +294,7 @@ def test_active_cancels_its_warning_when_the_run_ends() -> None:
 
 # One write of a whole line (print writes its parts apart when unbuffered): the shell's trap
 # echoes into the same pipe meanwhile.
-_CHILD = ("import sys, time; from hpo.driver.walltime import warn_batch_shell; "
+_CHILD = ("import sys, time; from hpo.driver.guards.walltime import warn_batch_shell; "
           "sys.stdout.write(f'sent {warn_batch_shell()}\\n'); sys.stdout.flush(); "
           "time.sleep(0.2)")
 

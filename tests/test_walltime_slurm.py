@@ -34,7 +34,7 @@ from hpo.results import load_results
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 __all__ = ["outputs", "slurm"]  # the fixtures, shared with test_slurm_cluster
 
-_PRINT_GUARD = ("import os; from hpo.driver.walltime import WalltimeGuard as G; "
+_PRINT_GUARD = ("import os; from hpo.driver.guards.walltime import WalltimeGuard as G; "
                 "g = G.from_environment(margin_s=5); "
                 "print('SET', os.environ.get('SLURM_JOB_END_TIME')); print('END', g.end); "
                 "print('SOURCE', g.source)")
@@ -69,7 +69,7 @@ def test_the_allocation_end_comes_from_squeue(slurm: SlurmTestCluster) -> None:
                                  "scontrol show job $SLURM_JOB_ID"])
     found = dict(re.findall(r"^(SET|END|SOURCE) (.*)$", text, re.MULTILINE))
     start, end = re.search(r"StartTime=(\S+) EndTime=(\S+)", text).groups()
-    from hpo.driver.walltime import parse_end_time
+    from hpo.driver.guards.walltime import parse_end_time
 
     # Slurm 22.05 does not set SLURM_JOB_END_TIME: squeue answers (newer Slurm sets it).
     assert found["SET"] == "None" and found["SOURCE"].startswith("squeue/scontrol"), text

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from hpo.driver.storage_faults import storage_error
+from hpo.driver.guards.storage_faults import storage_error
 from hpo.errors import HpoError
 
 

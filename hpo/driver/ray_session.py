@@ -22,7 +22,7 @@ from typing import Any
 
 from hpo.cluster.auth import RayCluster, new_token, token_env
 from hpo.cluster.slurm_env import rocm_visible
-from hpo.driver import storage_faults
+from hpo.driver.guards import storage_faults
 from hpo.driver.run_dir import private_run_dir
 
 # Ray's loggers and hpo's driver-side ones (rasda's growths and walltime holds, stops, cut

@@ -13,11 +13,11 @@ import yaml
 
 from hpo.cluster.auth import RayCluster
 from hpo.driver import preflight, translate
-from hpo.driver.lease import experiment_lease
+from hpo.driver.guards.lease import experiment_lease
+from hpo.driver.guards.storage_faults import check_resumable, storage_guard
+from hpo.driver.guards.walltime import WalltimeGuard, active
 from hpo.driver.ray_session import connected_ray, embedded_ray
-from hpo.driver.storage_faults import check_resumable, storage_guard
 from hpo.driver.trainable import python_name
-from hpo.driver.walltime import WalltimeGuard, active
 from hpo.errors import ConfigError, ExperimentError, RunError
 from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
 from hpo.spec.load import load_spec, spec_from_dict
@@ -110,7 +110,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
     job's own); the folder is `<storage>/<name>`. `trainable` (a function or Ray Tune class)
     replaces the spec's; `parameters` reach every trial by reference; `callbacks` go to Tune;
     `keep_ray` leaves the embedded Ray running for the next run in this process;
-    `time_limit_s` ends the run like a Slurm job's time limit (hpo.driver.walltime).
+    `time_limit_s` ends the run like a Slurm job's time limit (hpo.driver.guards.walltime).
 
     Example:
         >>> result = hpo.run("search_spaces/digits-asha.yaml", storage="/tmp/r")
@@ -141,7 +141,7 @@ def _warm_start(spec: Spec) -> list[tuple[dict[str, Any], list[float]]] | None:
     in its saved study); says how many on stderr."""
     if spec.search.warm_start is None:  # imports ray.tune: not before Ray starts
         return None
-    from hpo.driver.warm_start import earlier_trials
+    from hpo.driver.plugins.warm_start import earlier_trials
 
     return earlier_trials(spec)
 
@@ -219,8 +219,8 @@ def _saved_spec(exp_dir: Path, source: str, trainable: Any) -> Spec:
 def _fit(tuner: Any, spec: Spec) -> None:
     from ray.tune import TuneError
 
-    from hpo.driver.node_loss import node_losses_forgiven
-    from hpo.driver.stops import signals_restored
+    from hpo.driver.guards.node_loss import node_losses_forgiven
+    from hpo.driver.guards.stops import signals_restored
 
     try:
         with (seeded_scheduler_draws(spec.search.seed), signals_restored(),
@@ -240,7 +240,7 @@ def _fit(tuner: Any, spec: Spec) -> None:
 
 def _outcome(exp_dir: Path, spec: Spec) -> RunResult:
     frame = load_results(exp_dir)
-    # A stop (Ctrl+C, SIGTERM, USR1; hpo.driver.stops): Tune saved its state and returned.
+    # A stop (Ctrl+C, SIGTERM, USR1; hpo.driver.guards.stops): Tune saved its state and returned.
     # (synchronous HyperBand leaves the trials it cut PAUSED; rasda, those held for want of
     # walltime, to be resumed by the requeued job)
     waiting = ["PENDING", "RUNNING", *(["PAUSED"] if spec.scheduler.type != "hyperband" else [])]
@@ -248,7 +248,7 @@ def _outcome(exp_dir: Path, spec: Spec) -> RunResult:
     not_started = 0 if spec.time_budget_s else max(trial_count(spec) - len(frame), 0)
     unfinished = not_started + open_trials
     if unfinished:
-        from hpo.driver.stops import stopped_by  # imports ray.tune: after Ray started
+        from hpo.driver.guards.stops import stopped_by  # imports ray.tune: after Ray started
 
         by = f" by {stopped_by()}" if stopped_by() else ""
         raise RunError(f"the run stopped{by} with {unfinished} trial(s) unfinished. Hint: "

@@ -3,7 +3,7 @@ it, stop the cluster. The glue between the cluster side (hpo.cluster) and the ru
 
 A folder that already holds the experiment (the job was requeued after the walltime warning)
 is resumed: finished trials stay, unfinished ones continue from their checkpoints. The runner's
-walltime guard (hpo.driver.walltime) reads the allocation's end and, when no rung fits before
+walltime guard (hpo.driver.guards.walltime) reads the allocation's end and, when no rung fits before
 it, sends the same warning to the batch shell: the requeue goes the same way.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from hpo.cluster.bootstrap import ray_cluster
 from hpo.cluster.join import publish, withdraw
 from hpo.cluster.slurm_env import Allocation
-from hpo.driver.lease import experiment_lease
+from hpo.driver.guards.lease import experiment_lease
 from hpo.driver.runner import RunResult, resume, run
 from hpo.errors import RunError
 from hpo.results import SPEC_FILE

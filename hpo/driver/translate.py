@@ -8,7 +8,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from hpo.driver import preflight, walltime
+from hpo.driver import preflight
+from hpo.driver.guards import walltime
 from hpo.driver.trainable import resets_config, resolve
 from hpo.spec.distributions import Distribution
 from hpo.spec.model import Spec, is_class_trainable
@@ -63,17 +64,17 @@ def tracking_callbacks(spec: Spec, exp_dir: Path) -> list[Any]:
     """MLflow / W&B loggers of spec.tracking (their modules import the packages: only then)."""
     if not (spec.tracking.mlflow or spec.tracking.wandb):
         return []
-    from hpo.driver.tracking import callbacks
+    from hpo.driver.plugins.tracking import callbacks
 
     return callbacks(spec, exp_dir)
 
 
 def scheduler(spec: Spec, guard: Any = None) -> Any:
     """Ray's trial scheduler; rasda's also needs the ranks it grows and, inside Slurm, the
-    allocation's clock (`guard`: hpo.driver.walltime)."""
+    allocation's clock (`guard`: hpo.driver.guards.walltime)."""
     if not isinstance(spec.scheduler, Rasda):
         return spec.scheduler.build()
-    from hpo.driver.rasda import RasdaScheduler
+    from hpo.driver.plugins.rasda import RasdaScheduler
 
     assert spec.distributed is not None  # the spec refuses rasda without it
     return RasdaScheduler(spec.scheduler, spec.distributed, guard)
@@ -86,7 +87,7 @@ def searcher(spec: Spec, evaluated: list[tuple[dict[str, Any], list[float]]] | N
     (search.warm_start)."""
     if not evaluated:
         return spec.search.build(spec.metric, spec.mode)
-    from hpo.driver.warm_start import WarmOptunaSearch
+    from hpo.driver.plugins.warm_start import WarmOptunaSearch
 
     return spec.search.build(spec.metric, spec.mode, searcher_class=WarmOptunaSearch,
                              evaluated=evaluated)
@@ -99,9 +100,9 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
     see `searcher`."""
     from ray import tune
 
-    from hpo.driver.progress import LiveProgress
-    from hpo.driver.stops import HeldStop
-    from hpo.driver.trial_logs import trial_loggers
+    from hpo.driver.guards.stops import HeldStop
+    from hpo.driver.plugins.progress import LiveProgress
+    from hpo.driver.plugins.trial_logs import trial_loggers
 
     a_class = isinstance(trainable, type)
     # A class without reset_config cannot serve a second trial in its actor (hpo's default).

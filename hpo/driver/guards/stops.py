@@ -6,7 +6,7 @@ points at the previous checkpoint while the row is on disk, and `hpo resume` rep
 a second time. `HeldStop` holds a stop until no trial's checkpoint is in flight (at most
 `grace_s`), then hands it to Tune's own handler, which ends the loop and saves the state.
 (A row that no checkpoint covers, as with `checkpoint.frequency` > 1, is re-run on resume by
-design: hpo.driver.history cuts the trial's history back to its checkpoint when it restarts.)
+design: hpo.driver.guards.history cuts the trial's history back to its checkpoint when it restarts.)
 
 SIGTERM (scancel, preemption, the end of a job) is taken like USR1: Ray's own handler, set by
 `ray.init`, exits at once and skips Tune's last save. A second signal while one is held goes
@@ -26,7 +26,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from hpo.driver import storage_faults
+from hpo.driver.guards import storage_faults
 
 _log = logging.getLogger("hpo.stops")
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)

@@ -8,12 +8,12 @@ With `batch: grows` the global batch grows with the ranks, written into the tria
 
 Ray's ResourceChangingScheduler cannot serve: it refuses reuse_actors, which hpo's rank reuse
 needs, and it offers paused trials only after pending ones (FIFO order). Here the decision is
-a value (hpo.driver.rasda_decision.decide) and this class only applies it: a trial grows when
-the cluster can place it now, else it runs on with its growth due while new trials are held
-back (hpo.driver.rasda_gate) and Tune keeps few trials pending, so freed devices wait for it,
-for about one iteration at most. Every reach into Ray's private parts is in
-hpo.driver.ray_internals.
-Inside Slurm, a `guard` (hpo.driver.walltime) keeps a promoted trial from starting a rung
+a value (hpo.driver.plugins.rasda_decision.decide) and this class only applies it: a trial
+grows when the cluster can place it now, else it runs on with its growth due while new trials
+are held back (hpo.driver.plugins.rasda_gate) and Tune keeps few trials pending, so freed
+devices wait for it, for about one iteration at most. Every reach into Ray's private parts is in
+hpo.driver.plugins.ray_internals.
+Inside Slurm, a `guard` (hpo.driver.guards.walltime) keeps a promoted trial from starting a rung
 that cannot finish before the allocation ends: it is held on its rung's checkpoint, and when
 only held trials are left the run stops for the requeue.
 """
@@ -29,9 +29,9 @@ from ray.tune.experiment import Trial
 from ray.tune.result import SHOULD_CHECKPOINT
 from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
 
-from hpo.driver import ray_internals as ray_
-from hpo.driver.rasda_decision import NO_CHECKPOINT, Decision, Due, decide, free_slots
-from hpo.driver.rasda_gate import Gate, GatedSearch, gated
+from hpo.driver.plugins import ray_internals as ray_
+from hpo.driver.plugins.rasda_decision import NO_CHECKPOINT, Decision, Due, decide, free_slots
+from hpo.driver.plugins.rasda_gate import Gate, GatedSearch, gated
 from hpo.spec.growth import rank_counts
 from hpo.trial.large_batch import SCHEDULE
 from hpo.trial.ranks.trial import rank_count, rank_placement
@@ -50,7 +50,7 @@ PENDING_TRIALS = 2
 
 
 class Guard(Protocol):
-    """What the scheduler asks the allocation's clock (hpo.driver.walltime.WalltimeGuard)."""
+    """What the scheduler asks the allocation's clock (hpo.driver.guards.walltime.WalltimeGuard)."""
 
     def record(self, trial_id: str, ranks: int, result: dict[str, Any]) -> None: ...
 

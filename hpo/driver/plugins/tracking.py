@@ -18,7 +18,7 @@ from ray.air.integrations.mlflow import MLflowLoggerCallback
 from ray.air.integrations.wandb import WandbLoggerCallback
 from ray.tune.result import TIMESTEPS_TOTAL, TRAINING_ITERATION
 
-from hpo.driver import storage_faults
+from hpo.driver.guards import storage_faults
 from hpo.spec.model import Spec
 
 #: trial_id -> MLflow run id, in the experiment folder.
@@ -29,8 +29,8 @@ class ResumableMlflow(MLflowLoggerCallback):
     """Ray's callback keeps trial -> run in memory: a resumed trial would get a second run.
     This one writes the ids next to Tune's state and reopens a trial's run on resume. A full
     or failing store (or experiment folder) is the run's storage fault: the run stops cleanly
-    and resumable (hpo.driver.storage_faults) instead of Tune's loop crashing; nothing more is
-    written to the store until then."""
+    and resumable (hpo.driver.guards.storage_faults) instead of Tune's loop crashing; nothing
+    more is written to the store until then."""
 
     _broken = False
 

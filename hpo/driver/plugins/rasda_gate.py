@@ -3,10 +3,10 @@
 Tune asks its search algorithm for a new trial whenever fewer than its maximum are pending
 (ray/tune/execution/tune_controller.py `_maybe_update_trial_queue`, Ray 2.60), and every
 pending trial's placement group takes the next devices that free up. The `Gate` is closed
-while a growth is due or under way (hpo.driver.rasda opens and closes it); `GatedSearch`
+while a growth is due or under way (hpo.driver.plugins.rasda opens and closes it); `GatedSearch`
 around the run's search algorithm then suggests nothing ("nothing now", as a Searcher's
 `suggest` returning None: the search is not finished and Tune asks again next step).
-The scheduler also keeps the number of pending trials small (hpo.driver.ray_internals).
+The scheduler also keeps the number of pending trials small (hpo.driver.plugins.ray_internals).
 """
 
 from __future__ import annotations

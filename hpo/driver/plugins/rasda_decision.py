@@ -1,11 +1,11 @@
 """RASDA's growth decision as a value: what a trial does after a result, from what the rungs,
-the cluster and the allocation's clock say. Pure (no Ray): hpo.driver.rasda applies it.
+the cluster and the allocation's clock say. Pure (no Ray): hpo.driver.plugins.rasda applies it.
 
 A trial that passed a rung is due `counts[step]` ranks. It grows (pauses, resumes on more
 ranks from the rung's checkpoint) only when the cluster can place the grown trial now, after
 the work queued before it: a grown trial that waits in Ray's queue holds devices idle. Until
 then it runs on at its size with the growth due, and new trials are held back (the gate in
-hpo.driver.rasda_gate), so devices that free up wait for it. After `patience` more results
+hpo.driver.plugins.rasda_gate), so devices that free up wait for it. After `patience` more results
 (about one iteration) it takes what is free, or drops the growth: devices never wait longer.
 
 Example:

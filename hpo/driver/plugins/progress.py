@@ -17,7 +17,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from hpo.driver.stops import stopped_by
+from hpo.driver.guards.stops import stopped_by
 
 _SHOWN_RUNNING = 8
 

@@ -27,7 +27,7 @@ from typing import Any
 from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
-from hpo.driver import history, storage_faults
+from hpo.driver.guards import history, storage_faults
 
 
 def _noting_storage_faults(write: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -56,7 +56,7 @@ class _NotesStorageFaults:
 
 class _KeepsDriverCopy(_NotesStorageFaults):
     """For Ray's file loggers: bring the storage copy back only when the driver has none, and
-    cut it back to the checkpoint the trial starts from (hpo.driver.history). Ray calls this
+    cut it back to the checkpoint the trial starts from (hpo.driver.guards.history). Ray calls this
     before it opens the file for appending."""
 
     def _restore_from_remote(self, file_name: str, trial: Any) -> None:

@@ -25,6 +25,7 @@ from benchmarks._common import machine, versions  # noqa: E402
 from benchmarks.search_efficiency import WORKLOADS  # noqa: E402
 
 WORKLOAD = WORKLOADS["images-long"]
+CONSTANTS = {**WORKLOAD.constants, "epochs": WORKLOAD.epochs}
 
 
 def spec(trials: int, concurrent: int, seed: int) -> dict:
@@ -32,7 +33,7 @@ def spec(trials: int, concurrent: int, seed: int) -> dict:
         "name": "rasda-curves", "trainable": WORKLOAD.trainable,
         "metric": "val_accuracy", "mode": "max", "num_samples": trials,
         "max_concurrent": concurrent, "search_space": WORKLOAD.space,
-        "constants": {**WORKLOAD.constants, "epochs": WORKLOAD.epochs},
+        "constants": CONSTANTS,
         "scheduler": {"type": "fifo"}, "search": {"type": "random", "seed": seed},
         "resources": {"cpus_per_trial": 1, "gpus_per_trial": 0},
         "stop": {"training_iteration": WORKLOAD.epochs}, "checkpoint": {"frequency": 0},
@@ -55,7 +56,7 @@ def record(trials: int, concurrent: int, seed: int) -> dict:
                          "val_accuracy": [round(float(v), 5) for v in rows.val_accuracy],
                          "epoch_s": round(float(rows.time_total_s.diff().median()), 3)})
     return {"workload": "images-long", "trainable": WORKLOAD.trainable,
-            "space": WORKLOAD.space, "constants": spec(1, 1, seed)["constants"],
+            "space": WORKLOAD.space, "constants": CONSTANTS,
             "command": "python benchmarks/rasda_curves.py " + " ".join(sys.argv[1:]),
             "recorded": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
             "took_s": round(time.time() - started), "machine": machine(),

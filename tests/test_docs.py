@@ -87,7 +87,7 @@ def test_the_command_check_catches_a_wrong_flag() -> None:
     assert len(_hpo_commands()) >= 15
 
 
-@pytest.mark.parametrize(("page", "block"), [b for b in _blocks("yaml")])
+@pytest.mark.parametrize(("page", "block"), _blocks("yaml"))
 def test_every_yaml_block_is_a_valid_spec_or_part_of_one(page: str, block: str) -> None:
     data = parse_yaml(block, page)
     spec_from_dict(data if "trainable" in data else {**BASE, **data}, page)

@@ -46,16 +46,15 @@ def bound_pending_trials(view: Any, count: int) -> None:
     controller_of(view).update_max_pending_trials(max(1, count))
 
 
-def drop_cached_actor(view: Any, resources: Any) -> bool:
+def drop_cached_actor(view: Any, resources: Any) -> None:
     """Stop one actor of this shape (a PlacementGroupFactory) that Tune keeps for reuse
-    (reuse_actors): a growing trial's old actor, kept with its placement group, would go to
-    a pending trial of its old shape or hold devices that the grown placement group needs.
-    The others stay for the trials they can serve. False: none was kept."""
+    (reuse_actors), if it keeps one: a growing trial's old actor, kept with its placement
+    group, would go to a pending trial of its old shape or hold devices that the grown
+    placement group needs. The others stay for the trials they can serve."""
     controller = controller_of(view)
     actor = controller._actor_cache.pop_cached_object(resources)
     if actor is not None:
         controller._remove_actor(tracked_actor=actor)
-    return actor is not None
 
 
 def missing() -> list[str]:

@@ -110,15 +110,11 @@ def test_a_study_that_cannot_be_joined_is_refused_in_one_line(
 
 
 def test_ray_still_has_what_join_reads() -> None:
+    """The text of a worker's exit on SIGTERM (node_loss); the GCS calls of the drain and the
+    hook node_loss swaps are checked in tests/test_ray_private.py."""
     import ray._private.worker
-    from ray._raylet import InnerGcsClient  # what GcsClient(...) hands its calls to
-    from ray.core.generated import autoscaler_pb2
-    from ray.tune.experiment.trial import Trial
 
-    assert list(inspect.signature(Trial._handle_ray_actor_error).parameters) == ["self", "exc"]
-    assert {"drain_node", "get_all_node_info"} <= set(dir(InnerGcsClient))
     assert SIGTERMED in inspect.getsource(ray._private.worker.Worker.main_loop)
-    assert autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")
 
 
 def test_only_a_death_with_the_node_is_forgiven() -> None:

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpo.cluster import ray_private
+
 _ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AIR_NEW_OUTPUT")
 
 
@@ -36,7 +38,7 @@ def token_env(token: Path) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in _ENV}
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
                       RAY_AIR_NEW_OUTPUT="0")  # legacy reporter: silent at verbose=0
-    _reload_ray_auth_settings()
+    ray_private.reload_auth_settings()
     try:
         yield
     finally:
@@ -45,13 +47,4 @@ def token_env(token: Path) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        _reload_ray_auth_settings()
-
-
-def _reload_ray_auth_settings() -> None:
-    # Ray caches its config and token when first imported; re-read the environment, as
-    # Ray's own `ray.init` does when it turns token auth on.
-    from ray._raylet import AuthenticationTokenLoader, Config
-
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
+        ray_private.reload_auth_settings()

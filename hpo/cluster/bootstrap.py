@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpo.cluster import ray_private
 from hpo.cluster.auth import RayCluster, new_token, token_env
 from hpo.cluster.node import (
     CONFIG_FILE,
@@ -85,9 +86,7 @@ def _gcs_listening(address: str) -> bool:
 
 def _alive_nodes(client: Any) -> dict[str, dict[str, float]]:
     """Ray node IP -> its total resources, for the nodes the GCS holds alive."""
-    from ray.core.generated.gcs_pb2 import GcsNodeInfo
-
-    infos = client.get_all_node_info(timeout=5, state_filter=GcsNodeInfo.GcsNodeState.ALIVE)
+    infos = ray_private.alive_node_infos(client, timeout=5)
     return {info.node_manager_address: dict(info.resources_total) for info in infos.values()}
 
 
@@ -134,9 +133,7 @@ def wait_ready(alloc: Allocation, job_dir: Path, steps: list[_Step], timeout: fl
         if address is None and head.exists():
             address = json.loads(head.read_text())["address"]
         if client is None and address is not None and _gcs_listening(address):
-            from ray._raylet import GcsClient
-
-            client = GcsClient(address=address)
+            client = ray_private.gcs_client(address)
         if client is not None:
             with contextlib.suppress(Exception):  # GCS still starting
                 missing = _missing(job_dir, alloc, _alive_nodes(client))

@@ -1,5 +1,6 @@
 """Ray's node drain, as read from Ray 2.60.0 (`ray drain-node`, a hidden CLI over the GCS's
-DrainNode call; tests/test_join.py checks it against the installed Ray).
+DrainNode call, reached through hpo.cluster.ray_private; tests/test_ray_private.py checks it
+against the installed Ray).
 
 A preemption drain whose deadline has passed makes the GCS record the node's end as
 AUTOSCALER_DRAIN_PREEMPTED, whether it ends by SIGTERM or SIGKILL; an actor that dies with it
@@ -12,6 +13,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from hpo.cluster import ray_private
 from hpo.cluster.auth import token_env
 
 RAY_VERSION = "2.60.0"  # the version this was read from
@@ -19,10 +21,7 @@ RAY_VERSION = "2.60.0"  # the version this was read from
 
 def find_node_id(client: object, ip: str, node_manager_port: int) -> str:
     """The alive Ray node at ip:node_manager_port (two jobs' nodes may share an IP)."""
-    from ray.core.generated.gcs_pb2 import GcsNodeInfo
-
-    infos = client.get_all_node_info(  # type: ignore[attr-defined]
-        timeout=10, state_filter=GcsNodeInfo.GcsNodeState.ALIVE)
+    infos = ray_private.alive_node_infos(client, timeout=10)
     for node_id, info in infos.items():
         if info.node_manager_address == ip and info.node_manager_port == node_manager_port:
             return node_id.hex()
@@ -31,14 +30,9 @@ def find_node_id(client: object, ip: str, node_manager_port: int) -> str:
 
 def alive_nodes(token_file: Path, gcs_address: str) -> set[tuple[str, int]]:
     """(ip, node manager port) of every alive node; empty while the GCS cannot be asked."""
-    from ray.core.generated.gcs_pb2 import GcsNodeInfo
-
     with token_env(token_file):
-        from ray._raylet import GcsClient
-
         try:
-            infos = GcsClient(address=gcs_address).get_all_node_info(
-                timeout=5, state_filter=GcsNodeInfo.GcsNodeState.ALIVE)
+            infos = ray_private.alive_node_infos(ray_private.gcs_client(gcs_address), timeout=5)
         except Exception:  # GCS busy or restarting: asked again on the next poll
             return set()
     return {(i.node_manager_address, i.node_manager_port) for i in infos.values()}
@@ -49,13 +43,9 @@ def drain_node(token_file: Path, gcs_address: str, ip: str, node_manager_port: i
     """Drain the node at ip:node_manager_port for preemption, deadline now; raises when the
     GCS cannot be reached or refuses."""
     with token_env(token_file):
-        from ray._raylet import GcsClient
-        from ray.core.generated import autoscaler_pb2
-
-        client = GcsClient(address=gcs_address)
+        client = ray_private.gcs_client(gcs_address)
         node_id = find_node_id(client, ip, node_manager_port)
-        accepted, why = client.drain_node(
-            node_id, autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
-            reason, int(time.time() * 1000))
+        accepted, why = ray_private.drain_for_preemption(client, node_id, reason,
+                                                         int(time.time() * 1000))
     if not accepted:
         raise RuntimeError(why or "refused")

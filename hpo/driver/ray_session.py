@@ -18,10 +18,10 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from hpo.cluster.auth import RayCluster, new_token, token_env
 from hpo.cluster.slurm_env import rocm_visible
+from hpo.driver import ray_private
 from hpo.driver.guards import storage_faults
 from hpo.driver.run_dir import private_run_dir
 
@@ -88,26 +88,13 @@ def _stop_logging(handler: logging.Handler) -> None:
     handler.close()
 
 
-@contextlib.contextmanager
-def _lean_head() -> Iterator[None]:
+def _lean_head() -> contextlib.AbstractContextManager[None]:
     """`ray.init` without the autoscaler monitor (a fixed local node has nothing to scale) and
     the log monitor (workers' logs stay in files: log_to_driver=False), which cost 1 s before
     the first result and 2 s a run on 2 cores (docs/benchmarks.md). `ray start` has switches
     for both (--no-monitor, --include-log-monitor=false); `ray.init` has none, so they are set
     on the parameters it builds, for this call only."""
-    from ray._private.parameter import RayParams
-
-    original = RayParams.__init__
-
-    def lean(self: RayParams, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        self.no_monitor, self.include_log_monitor = True, False
-
-    RayParams.__init__ = lean  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        RayParams.__init__ = original  # type: ignore[method-assign]
+    return ray_private.without_monitors()
 
 
 # Ray 2.60 on AMD GPUs fails at `import ray` (in any thread: the trainable is imported beside

@@ -23,6 +23,8 @@ from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hpo.trial import ray_private
+
 _RECORD = "hpo_cost"  # the key in a checkpoint's metadata (Ray's .metadata.json)
 EnergyCounter = Callable[[], float]  # joules drawn by the trial's GPUs since some fixed point
 
@@ -101,12 +103,10 @@ def current() -> Totals | None:
     reported, and energy is not measured."""
     meter = _meter.get()
     if meter is None:
-        from ray.train._internal.session import get_session
-
-        session = get_session()
-        if session is None:
+        reported = ray_private.last_report_time()
+        if reported is None:
             return None
-        since = max(0.0, time.time() - session.last_report_time)
+        since = max(0.0, time.time() - reported)
         meter = _start(time.monotonic() - since, energy=False)
         _meter.set(meter)  # this thread runs this trial run only: Tune starts one per run
     return meter.totals() if meter is not None else None

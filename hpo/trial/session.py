@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from hpo.trial import cost, dist
+from hpo.trial import cost, dist, ray_private
 
 Trainable = Callable[[dict[str, Any]], Any]  # what `trainable:` names: f(config)
 _STATE_PT, _STATE_PKL, _DIR, _ITER = "hpo_state.pt", "hpo_state.pkl", "hpo_dir", "hpo_iteration"
@@ -245,9 +245,7 @@ def _onto(device: str) -> Callable[[Any, str], Any]:
 
 def tune_storage() -> Any:
     """Ray Tune's storage context of the trial running in this process (None outside Tune)."""
-    from ray.train._internal.session import get_session
-
-    return getattr(get_session(), "storage", None)
+    return ray_private.trial_storage()
 
 
 def trial_folder() -> str | None:

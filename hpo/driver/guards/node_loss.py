@@ -9,16 +9,19 @@ max_failures of 0 the trial would end in ERROR. scancel's SIGTERM may also reach
 own Ray worker before the node goes ("The process receives a SIGTERM": Slurm signals every
 process of a step, Ray's included). While a run fits, either death counts as a preemption, up
 to FORGIVEN times per trial (a trial that brings its node down again and again is failing).
-Read from Ray 2.60.0's Trial._handle_ray_actor_error and worker.py's SIGTERM handler;
-tests/test_join.py checks that both are still there.
+Read from Ray 2.60.0's handling of a trial actor's death (Tune's hook for it is swapped in
+hpo.driver.ray_private, which tests/test_ray_private.py checks) and worker.py's SIGTERM
+handler (tests/test_join.py checks its text is still there).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from hpo.driver.ray_private import actor_errors_handled_by
 
 RAY_VERSION = "2.60.0"  # the version this was read from
 NODE_DIED = "its node has died"  # Ray's ActorDiedError text for an actor lost with its node
@@ -37,11 +40,8 @@ def lost_with_its_node(exc: BaseException) -> bool:
 @contextlib.contextmanager
 def node_losses_forgiven() -> Iterator[None]:
     """While the block runs, a trial actor lost with its node is retried, not counted."""
-    from ray.tune.experiment.trial import Trial
 
-    counted = Trial._handle_ray_actor_error
-
-    def handle(trial: Any, exc: Any) -> None:
+    def handle(trial: Any, exc: Any, counted: Callable[[Any, Any], None]) -> None:
         forgiven = getattr(trial, "_hpo_node_losses", 0)
         if lost_with_its_node(exc) and forgiven < FORGIVEN:
             trial._hpo_node_losses = forgiven + 1
@@ -51,8 +51,5 @@ def node_losses_forgiven() -> Iterator[None]:
             return
         counted(trial, exc)
 
-    Trial._handle_ray_actor_error = handle
-    try:
+    with actor_errors_handled_by(handle):
         yield
-    finally:
-        Trial._handle_ray_actor_error = counted

@@ -201,7 +201,19 @@ def machine() -> str:
         mem = f", {kib / 2**20:.0f} GiB RAM"
     except (OSError, AttributeError):
         pass
-    return f"{os.cpu_count()} cores ({cpu}){mem}, no GPU, {platform.system()} {platform.release()}"
+    return f"{os.cpu_count()} cores ({cpu}){mem}, {_gpus()}, {platform.system()} {platform.release()}"
+
+
+def _gpus() -> str:
+    """The GPUs torch sees ("no GPU" without torch or CUDA): a GPU node said "no GPU" before."""
+    try:
+        import torch
+    except ImportError:
+        return "no GPU"
+    if not torch.cuda.is_available():
+        return "no GPU"
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return f"{len(names)} x {names[0]} (CUDA {torch.version.cuda})"
 
 
 def env_with_root(**extra: str) -> dict[str, str]:

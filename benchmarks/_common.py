@@ -201,7 +201,8 @@ def machine() -> str:
         mem = f", {kib / 2**20:.0f} GiB RAM"
     except (OSError, AttributeError):
         pass
-    return f"{os.cpu_count()} cores ({cpu}){mem}, {_gpus()}, {platform.system()} {platform.release()}"
+    system = f"{platform.system()} {platform.release()}"
+    return f"{os.cpu_count()} cores ({cpu}){mem}, {_gpus()}, {system}"
 
 
 def _gpus() -> str:

@@ -23,7 +23,6 @@ from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
 from hpo.spec.load import load_spec, spec_from_dict
 from hpo.spec.model import PYTHON_TRAINABLE, Spec
 from hpo.spec.plan import trial_count
-from hpo.spec.schedulers import seeded_scheduler_draws
 from hpo.trial.one_process import objects_in_store
 
 if TYPE_CHECKING:
@@ -223,8 +222,7 @@ def _fit(tuner: Any, spec: Spec) -> None:
     from hpo.driver.guards.stops import signals_restored
 
     try:
-        with (seeded_scheduler_draws(spec.search.seed), signals_restored(),
-              node_losses_forgiven()):
+        with signals_restored(), node_losses_forgiven():
             tuner.fit()
     except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
         if "did not include the specified metric" not in str(exc):

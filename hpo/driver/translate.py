@@ -73,7 +73,11 @@ def scheduler(spec: Spec, guard: Any = None) -> Any:
     """Ray's trial scheduler; rasda's also needs the ranks it grows and, inside Slurm, the
     allocation's clock (`guard`: hpo.driver.guards.walltime)."""
     if not isinstance(spec.scheduler, Rasda):
-        return spec.scheduler.build()
+        built = spec.scheduler.build()
+        seed_draws = getattr(built, "seed_draws", None)  # ASHA, PBT, PB2: hpo.spec.seedable
+        if seed_draws is not None and spec.search.seed is not None:
+            seed_draws(spec.search.seed)
+        return built
     from hpo.driver.plugins.rasda import RasdaScheduler
 
     assert spec.distributed is not None  # the spec refuses rasda without it

@@ -6,9 +6,6 @@ that `max_t`, `grace_period` and `perturbation_interval` all count epochs (repor
 
 from __future__ import annotations
 
-import contextlib
-import random
-from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
@@ -58,9 +55,9 @@ class Asha(_Scheduler):
         return self
 
     def build(self) -> Any:
-        from ray.tune.schedulers import ASHAScheduler
+        from hpo.spec.seedable import SeedableASHA
 
-        return ASHAScheduler(**self.model_dump(exclude={"type"}))
+        return SeedableASHA(**self.model_dump(exclude={"type"}))
 
 
 class Rasda(_Scheduler):
@@ -151,11 +148,11 @@ class Pbt(_Scheduler):
         return self
 
     def build(self) -> Any:
-        from ray.tune.schedulers import PopulationBasedTraining
+        from hpo.spec.seedable import SeedablePBT
 
         options = self.model_dump(exclude={"type", "hyperparam_mutations"})
         mutations = {k: _mutation(d) for k, d in self.hyperparam_mutations.items()}
-        return PopulationBasedTraining(hyperparam_mutations=mutations, **options)
+        return SeedablePBT(hyperparam_mutations=mutations, **options)
 
 
 def _mutation(dist: Distribution) -> Any:
@@ -184,33 +181,13 @@ class Pb2(_Scheduler):
         return self
 
     def build(self) -> Any:
-        from ray.tune.schedulers.pb2 import PB2
+        from hpo.spec.seedable import SeedablePB2
 
         options = self.model_dump(exclude={"type", "hyperparam_mutations"})
         bounds = {k: list(d.bounds or ()) for k, d in self.hyperparam_mutations.items()}
-        return PB2(hyperparam_bounds=bounds, **options)
+        return SeedablePB2(hyperparam_bounds=bounds, **options)
 
 
 Scheduler = Annotated[Fifo | Asha | Rasda | HyperBand | Median | Pbt | Pb2,
                      Field(discriminator="type")]
 SCHEDULER_TYPES = ("fifo", "asha", "rasda", "hyperband", "median", "pbt", "pb2")
-
-
-@contextlib.contextmanager
-def seeded_scheduler_draws(seed: int | None) -> Iterator[None]:
-    """Ray's schedulers draw from the process-wide RNGs (ASHA picks a trial's bracket with
-    numpy, PBT explores with `random`): seed both for the run so that `search.seed` makes
-    those choices repeatable too, and give the caller's RNG states back afterwards."""
-    if seed is None:
-        yield
-        return
-    import numpy as np
-
-    saved_random, saved_numpy = random.getstate(), np.random.get_state()
-    random.seed(seed)
-    np.random.seed(seed)
-    try:
-        yield
-    finally:
-        random.setstate(saved_random)
-        np.random.set_state(saved_numpy)

@@ -1,5 +1,5 @@
-"""Every reach of the driver's run and guards into Ray's private parts, in one place, as read
-from Ray 2.60.0 (RASDA's reaches into Tune are in hpo.driver.plugins.ray_internals).
+"""Every reach of the driver's run, guards and plugins into Ray's private parts, in one place, as
+read from Ray 2.60.0 (RASDA's reaches into Tune are in hpo.driver.plugins.ray_internals).
 
 Ray names none of these public; tests/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
@@ -8,16 +8,24 @@ Ray and fails loudly when one is gone or changed:
     include_log_monitor=False (both are __init__ parameters and attributes);
   - ray.tune.experiment.trial.Trial._handle_ray_actor_error(self, exc): what Tune does when a
     trial's actor dies (a RayActorError: counted against max_failures unless preempted),
-    replaced for a block by a handler that may forgive the death or hand it on.
+    replaced for a block by a handler that may forgive the death or hand it on;
+  - OVERRIDDEN_HOOKS: Ray's private methods that hpo's subclasses override (an override
+    cannot move here; what it relies on is listed here and checked):
+      LoggerCallback._restore_from_remote(self, file_name, trial): Ray's file loggers bring a
+      trial's file back from storage before they open it for appending
+      (hpo.driver.plugins.trial_logs keeps the driver's newer copy);
+      OptunaSearch._setup_study(self, mode): builds the Optuna study once Tune has given the
+      search its space (hpo.driver.plugins.warm_start adds the earlier trials to it).
 Ray is imported only when one of these is called.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 RAY_VERSION = "2.60.0"  # the version these were read from
 
@@ -26,6 +34,27 @@ RAY_VERSION = "2.60.0"  # the version these were read from
 ActorErrorHandler = Callable[[Any, BaseException, Callable[[Any, BaseException], None]], None]
 
 _LEAN = {"no_monitor": True, "include_log_monitor": False}
+
+
+class Hook(NamedTuple):
+    """A private method of a Ray class that an hpo subclass overrides."""
+
+    cls: str  # where Ray defines it: module.Class
+    name: str
+    params: tuple[str, ...]  # as Ray's method takes them, self first
+
+
+OVERRIDDEN_HOOKS = (
+    Hook("ray.tune.logger.logger.LoggerCallback", "_restore_from_remote",
+         ("self", "file_name", "trial")),
+    Hook("ray.tune.search.optuna.optuna_search.OptunaSearch", "_setup_study", ("self", "mode")),
+)
+
+
+def hook_class(hook: Hook) -> type:
+    """The Ray class that defines the hook."""
+    module, _, name = hook.cls.rpartition(".")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
 
 @contextlib.contextmanager
@@ -79,4 +108,15 @@ def missing() -> list[str]:
     handle = getattr(Trial, "_handle_ray_actor_error", None)
     if not callable(handle) or list(inspect.signature(handle).parameters) != ["self", "exc"]:
         gaps.append("Trial._handle_ray_actor_error(self, exc)")
-    return gaps
+    return gaps + [gap for hook in OVERRIDDEN_HOOKS if (gap := _hook_gap(hook))]
+
+
+def _hook_gap(hook: Hook) -> str | None:
+    wanted = f"{hook.cls}.{hook.name}({', '.join(hook.params)})"
+    try:
+        method = inspect.getattr_static(hook_class(hook), hook.name, None)
+    except (ImportError, AttributeError):
+        return wanted
+    if not inspect.isfunction(method) or tuple(inspect.signature(method).parameters) != hook.params:
+        return wanted
+    return None

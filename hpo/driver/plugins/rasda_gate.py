@@ -19,6 +19,8 @@ from ray.tune.search.search_algorithm import SearchAlgorithm
 from ray.tune.search.search_generator import SearchGenerator
 from ray.tune.search.searcher import Searcher
 
+from hpo.driver.plugins import ray_internals
+
 
 class Gate:
     """Closed while any trial in `waiting` is due to grow or growing."""
@@ -56,10 +58,8 @@ class GatedSearch(SearchAlgorithm):
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
                               **spec: Any) -> bool:
-        from ray.tune.search.util import _set_search_properties_backwards_compatible
-
-        return _set_search_properties_backwards_compatible(
-            self.search.set_search_properties, metric, mode, config, **spec)
+        return ray_internals.set_search_properties(self.search.set_search_properties, metric,
+                                                   mode, config, **spec)
 
     def add_configurations(self, experiments: Any) -> None:
         self.search.add_configurations(experiments)

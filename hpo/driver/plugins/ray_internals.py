@@ -9,12 +9,16 @@ checks each against the installed Ray and fails loudly when one is gone or chang
     not on its list; update_max_pending_trials is not on it;
   - TuneController.update_max_pending_trials(n) (public on the controller, n >= 1; 0 or
     None means Ray's default), ._actor_cache (an _ObjectCache keyed by the placement group
-    factory: pop_cached_object(key)) and ._remove_actor(tracked_actor).
+    factory: pop_cached_object(key)) and ._remove_actor(tracked_actor);
+  - ray.tune.search.util._set_search_properties_backwards_compatible(set_search_properties_func,
+    metric, mode, config, **spec): how Tune hands a search its metric, mode and space (again
+    without **spec, warning, to a searcher whose set_search_properties takes none).
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 RAY_VERSION = "2.60.0"  # the version these were read from
@@ -57,6 +61,33 @@ def drop_cached_actor(view: Any, resources: Any) -> None:
         controller._remove_actor(tracked_actor=actor)
 
 
+def set_search_properties(set_properties: Callable[..., bool], metric: str | None,
+                          mode: str | None, config: dict, **spec: Any) -> bool:
+    """Call a search's set_search_properties(metric, mode, config, **spec) as Tune does: a
+    searcher that takes no **spec is called again without it (Ray warns)."""
+    from ray.tune.search.util import _set_search_properties_backwards_compatible
+
+    return _set_search_properties_backwards_compatible(set_properties, metric, mode, config,
+                                                       **spec)
+
+
+_SET_PROPERTIES = ["set_search_properties_func", "metric", "mode", "config", "spec"]
+
+
+def _set_properties_gap() -> list[str]:
+    from ray.tune.search import util
+
+    wrapper = getattr(util, "_set_search_properties_backwards_compatible", None)
+    if not callable(wrapper):
+        return ["ray.tune.search.util._set_search_properties_backwards_compatible"]
+    params = list(inspect.signature(wrapper).parameters.values())
+    if ([p.name for p in params] != _SET_PROPERTIES
+            or params[-1].kind is not inspect.Parameter.VAR_KEYWORD
+            or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params[:-1])):
+        return [f"_set_search_properties_backwards_compatible{inspect.signature(wrapper)}"]
+    return []
+
+
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
     from ray.tune.execution.tune_controller import TrialRunnerWrapper, TuneController
@@ -81,4 +112,4 @@ def missing() -> list[str]:
                            (ObjectCache.pop_cached_object, ["key"])):
         if list(inspect.signature(method).parameters)[1:] != params:
             gaps.append(f"{method.__qualname__}{inspect.signature(method)}")
-    return gaps
+    return gaps + _set_properties_gap()

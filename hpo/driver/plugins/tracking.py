@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray.air.integrations.mlflow import MLflowLoggerCallback
 from ray.air.integrations.wandb import WandbLoggerCallback
@@ -20,6 +20,9 @@ from ray.tune.result import TIMESTEPS_TOTAL, TRAINING_ITERATION
 
 from hpo.driver.guards import storage_faults
 from hpo.spec.model import Spec
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 #: trial_id -> MLflow run id, in the experiment folder.
 MLFLOW_RUNS_FILE = "mlflow-runs.json"
@@ -69,15 +72,42 @@ class ResumableMlflow(MLflowLoggerCallback):
 
     def _start(self, trial: Any) -> None:
         if trial not in self._trial_runs:
-            known = _read_runs(trial).get(trial.trial_id)
-            if known and self.mlflow_util._run_exists(known):
-                self._trial_runs[trial] = known
-                client = self.mlflow_util._get_client()
-                client.update_run(known, status="RUNNING")
-                steps = [m.step for m in client.get_metric_history(known, TRAINING_ITERATION)]
-                self._logged[trial.trial_id] = max(steps, default=0)
+            self._reopen(trial)
         super().log_trial_start(trial)
         _write_run(trial, self._trial_runs[trial])
+
+    def _reopen(self, trial: Any) -> None:
+        """Take up the trial's run from before a resume, if the store still holds it."""
+        known = _read_runs(trial).get(trial.trial_id)
+        if not known:
+            return
+        client = _client()
+        if _run_exists(client, known):
+            self._trial_runs[trial] = known
+            client.update_run(known, status="RUNNING")
+            steps = [m.step for m in client.get_metric_history(known, TRAINING_ITERATION)]
+            self._logged[trial.trial_id] = max(steps, default=0)
+
+
+def _client() -> MlflowClient:
+    """A client of the store Ray's callback writes to: its setup() set MLflow's tracking and
+    registry URIs, and Ray's own helper builds its clients from those (as here)."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=mlflow.get_tracking_uri(),
+                        registry_uri=mlflow.get_registry_uri())
+
+
+def _run_exists(client: MlflowClient, run_id: str) -> bool:
+    """Whether the store holds this run (any MLflow error counts as no, as in Ray's helper)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_run(run_id)
+    except MlflowException:
+        return False
+    return True
 
 
 class _QuietStorageFaults(logging.Filter):

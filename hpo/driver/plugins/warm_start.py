@@ -30,6 +30,7 @@ class WarmOptunaSearch(OptunaSearch):
         self._evaluated = evaluated
         super().__init__(*args, **kwargs)
 
+    # Ray's private hook: listed and checked in hpo.driver.ray_private.OVERRIDDEN_HOOKS.
     def _setup_study(self, mode: Any) -> None:
         from optuna.trial import create_trial
 

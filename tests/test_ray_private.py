@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import re
 from pathlib import Path
 from types import FunctionType, ModuleType
 from typing import Any
@@ -172,6 +173,44 @@ def test_the_override_check_catches_an_unlisted_one() -> None:
         "_setup_study('self', 'mode', 'extra')"]
 
 
+def _inherited_private_state(cls: type) -> set[str]:
+    """Each `self._name` in hpo's code of cls that Ray's bases define or assign."""
+    from hpo.driver.ray_private import sets_or_defines
+
+    names = set()
+    for own in cls.__mro__:
+        if not _from_ray(own) and own.__module__ != "builtins":
+            names |= set(re.findall(r"self\.(_[a-z]\w*)", inspect.getsource(own)))
+    return {name for name in names if sets_or_defines(cls, name)}
+
+
+def test_every_private_attribute_inherited_from_ray_is_listed() -> None:
+    """hpo's subclasses also read and set Ray's private attributes: hpo.driver.ray_private
+    lists each (and checks Ray still sets it)."""
+    from hpo.driver.ray_private import INHERITED_STATE, OVERRIDDEN_HOOKS, ray_class
+
+    hooks = {hook.name for hook in OVERRIDDEN_HOOKS}
+    unlisted, used = [], set()
+    for cls in _ray_subclasses():
+        for name in _inherited_private_state(cls) - hooks:
+            used.add(name)
+            if not any(listed == name and issubclass(cls, ray_class(path))
+                       for path, listed in INHERITED_STATE):
+                unlisted.append(f"{cls.__qualname__}: self.{name}")
+    assert unlisted == []
+    assert used == {name for _, name in INHERITED_STATE}  # none listed that is not used
+
+
+def test_the_attribute_check_catches_an_unlisted_one() -> None:
+    from ray.tune.search.optuna import OptunaSearch
+
+    class Sneaky(OptunaSearch):
+        def peek(self) -> Any:
+            return self._ot_trials, self._metric, self._mine  # Ray's, Ray's, hpo's own
+
+    assert _inherited_private_state(Sneaky) == {"_ot_trials", "_metric"}
+
+
 def test_outside_a_trial_there_is_no_session() -> None:
     from hpo.trial import cost, ray_private, session
 
@@ -220,3 +259,11 @@ def test_node_losses_are_forgiven_then_counted_and_the_hook_restored(
         Trial._handle_ray_actor_error(trial, oom)
     assert counted == [(trial, lost), (trial, oom)]
     assert Trial._handle_ray_actor_error is tunes_own
+
+
+def test_an_attribute_ray_no_longer_sets_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpo.driver import ray_private
+
+    gone = ("ray.tune.search.optuna.optuna_search.OptunaSearch", "_study_of_old")
+    monkeypatch.setattr(ray_private, "INHERITED_STATE", (*ray_private.INHERITED_STATE, gone))
+    assert ray_private.missing() == [".".join(gone)]

@@ -16,6 +16,13 @@ Ray and fails loudly when one is gone or changed:
       (hpo.driver.plugins.trial_logs keeps the driver's newer copy);
       OptunaSearch._setup_study(self, mode): builds the Optuna study once Tune has given the
       search its space (hpo.driver.plugins.warm_start adds the earlier trials to it).
+  - INHERITED_STATE: Ray's private attributes and helpers that those subclasses use (each
+    must still be set or defined by Ray's class):
+      MLflowLoggerCallback._trial_runs (trial -> MLflow run id; tracking reopens a resumed
+      trial's run), CSVLoggerCallback._trial_files and ._setup_trial (trial_logs opens a
+      trial's CSV once), TBXLoggerCallback._summary_writer_cls (trial_logs purges the steps
+      a restart repeats), OptunaSearch._ot_study and ._space (warm_start adds earlier trials),
+      AsyncHyperBandScheduler._max_t (RASDA's last milestone).
 Ray is imported only when one of these is called.
 """
 
@@ -24,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import re
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -51,10 +59,40 @@ OVERRIDDEN_HOOKS = (
 )
 
 
+INHERITED_STATE = (  # (where Ray defines it: module.Class, the attribute)
+    ("ray.air.integrations.mlflow.MLflowLoggerCallback", "_trial_runs"),
+    ("ray.tune.logger.csv.CSVLoggerCallback", "_trial_files"),
+    ("ray.tune.logger.csv.CSVLoggerCallback", "_setup_trial"),
+    ("ray.tune.logger.tensorboardx.TBXLoggerCallback", "_summary_writer_cls"),
+    ("ray.tune.search.optuna.optuna_search.OptunaSearch", "_ot_study"),
+    ("ray.tune.search.optuna.optuna_search.OptunaSearch", "_space"),
+    ("ray.tune.schedulers.async_hyperband.AsyncHyperBandScheduler", "_max_t"),
+)
+
+
+def ray_class(path: str) -> type:
+    """A Ray class by its module.Class path."""
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
+def sets_or_defines(cls: type, name: str) -> bool:
+    """Whether a class's own code (its MRO's, not hpo's) defines `name` or assigns self.name."""
+    assigned = re.compile(rf"self\.{name}\s*(?::[^=\n]*)?=[^=]")  # also `self.x: T = ...`
+    return any(name in vars(base) or assigned.search(_source(base))
+               for base in cls.__mro__ if base.__module__.split(".")[0] == "ray")
+
+
+def _source(cls: type) -> str:
+    try:
+        return inspect.getsource(cls)
+    except (OSError, TypeError):
+        return ""
+
+
 def hook_class(hook: Hook) -> type:
     """The Ray class that defines the hook."""
-    module, _, name = hook.cls.rpartition(".")
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+    return ray_class(hook.cls)
 
 
 @contextlib.contextmanager
@@ -108,6 +146,8 @@ def missing() -> list[str]:
     handle = getattr(Trial, "_handle_ray_actor_error", None)
     if not callable(handle) or list(inspect.signature(handle).parameters) != ["self", "exc"]:
         gaps.append("Trial._handle_ray_actor_error(self, exc)")
+    gaps += [f"{path}.{name}" for path, name in INHERITED_STATE
+             if not sets_or_defines(ray_class(path), name)]
     return gaps + [gap for hook in OVERRIDDEN_HOOKS if (gap := _hook_gap(hook))]
 
 

@@ -20,7 +20,7 @@ from conftest import ROOT, trial_rows
 from stop_points import SPEC, StopAt
 
 import hpo
-from hpo.driver.guards.history import cut_after
+from hpo.driver.guards.history import cut_after, fill_upto
 from hpo.driver.guards.stops import HeldStop, signals_restored, stopped_by
 from hpo.errors import RunError
 
@@ -94,6 +94,58 @@ def test_rows_after_the_last_checkpoint_are_cut_on_resume(tmp_path: Path) -> Non
     assert_exact(tmp_path / "f", trials=1)
     assert "restarts from its checkpoint at iteration 5: 3 row(s) of result.json" in (
         tmp_path / "f" / "hpo.log").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keep", [2, 1])
+def test_rows_a_lagging_storage_copy_lacks_come_back_from_the_kept_checkpoints(
+        tmp_path: Path, keep: int) -> None:
+    """A killed driver: Tune copies its staging folder to the experiment folder in the
+    background while it rewrites the experiment state, so the state can know checkpoint 5
+    while the copied result.json ends before it (seen once: [2, 3, ..., 8] after a SIGKILL).
+    Injected exactly: a stop at step 6 (the stop waits for its checkpoint: 6 is kept, and 5
+    with keep 2), then the trial's files cut back to step 4, as a lagging copy leaves them."""
+    spec = {**SPEC, "name": "lag", "num_samples": 1,
+            "checkpoint": {"frequency": 1, "keep": keep}}
+    with pytest.raises(RunError, match="stopped by SIGUSR1"):
+        hpo.run(spec, storage=str(tmp_path), keep_ray=True,
+                callbacks=[StopAt(signal.SIGUSR1, 0, 6, str(tmp_path / "fired"))])
+    (trial_dir,) = [path.parent for path in (tmp_path / "lag").glob("*/result.json")]
+    for name in ("result.json", "progress.csv"):
+        cut_after(trial_dir / name, 4)
+    # in a new process, as after a kill: this one's Ray still holds the staging copy
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}  # StopAt is pickled with it
+    resumed = subprocess.run([sys.executable, "-m", "hpo", "resume", str(tmp_path / "lag")],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    log = (tmp_path / "lag" / "hpo.log").read_text()
+    if keep == 2:
+        assert_exact(tmp_path / "lag", trials=1)
+        assert "result.json lacked the row(s) of iteration(s) 5, 6" in log
+        return
+    rows = [r["training_iteration"] for r in next(iter(trial_rows(tmp_path / "lag").values()))]
+    assert rows == [1, 2, 3, 4, *range(6, STEPS + 1)]  # row 5 is nowhere: said, not hidden
+    assert "the row(s) of iteration(s) 5 are missing from result.json" in log
+
+
+def test_fill_upto_appends_kept_rows_in_the_files_format(tmp_path: Path) -> None:
+    import json
+
+    kept = [{"training_iteration": i, "score": i / 10, "config": {"x": 1}, "nested": {"a": i}}
+            for i in (3, 4)]
+    result = tmp_path / "result.json"
+    result.write_text('{"training_iteration": 1}\n{"training_iteration": 2}\n')
+    fill_upto(result, 4, kept, "t")
+    assert [json.loads(line) for line in result.read_text().splitlines()][2:] == kept
+    progress = tmp_path / "progress.csv"
+    progress.write_text("training_iteration,score,nested/a\n1,0.1,1\n")
+    fill_upto(progress, 4, kept, "t")  # iteration 2 is nowhere
+    assert progress.read_text() == "training_iteration,score,nested/a\n1,0.1,1\n3,0.3,3\n4,0.4,4\n"
+    empty = tmp_path / "empty.csv"
+    fill_upto(empty, 3, kept, "t")
+    assert empty.read_text() == "training_iteration,score,nested/a\n3,0.3,3\n"
+    fill_upto(empty, 3, kept, "t")  # nothing lacking: unchanged
+    assert empty.read_text() == "training_iteration,score,nested/a\n3,0.3,3\n"
 
 
 # 20 stop points spread over trials (in start order) and steps.

@@ -9,6 +9,9 @@ Ray and fails loudly when one is gone or changed:
   - ray.tune.experiment.trial.Trial._handle_ray_actor_error(self, exc): what Tune does when a
     trial's actor dies (a RayActorError: counted against max_failures unless preempted),
     replaced for a block by a handler that may forgive the death or hand it on;
+  - Trial.run_metadata.checkpoint_manager.best_checkpoint_results: the checkpoints Tune keeps
+    for a trial (`checkpoint.keep`), each with the whole result row that carried it; they fill
+    rows a lagging storage copy lacks (hpo.driver.guards.history);
   - OVERRIDDEN_HOOKS: Ray's private methods that hpo's subclasses override (an override
     cannot move here; what it relies on is listed here and checked):
       LoggerCallback._restore_from_remote(self, file_name, trial): Ray's file loggers bring a
@@ -133,6 +136,13 @@ def actor_errors_handled_by(handler: ActorErrorHandler) -> Iterator[None]:
         Trial._handle_ray_actor_error = counted  # type: ignore[method-assign]
 
 
+def kept_checkpoint_rows(trial: Any) -> list[dict[str, Any]]:
+    """The result rows that carried the checkpoints Tune keeps for a trial, oldest first."""
+    kept = trial.run_metadata.checkpoint_manager.best_checkpoint_results
+    rows = [dict(result.metrics) for result in kept if result.metrics]
+    return sorted(rows, key=lambda row: int(row.get("training_iteration", 0)))
+
+
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
     from ray._private.parameter import RayParams
@@ -146,6 +156,12 @@ def missing() -> list[str]:
     handle = getattr(Trial, "_handle_ray_actor_error", None)
     if not callable(handle) or list(inspect.signature(handle).parameters) != ["self", "exc"]:
         gaps.append("Trial._handle_ray_actor_error(self, exc)")
+    from ray.train._internal.checkpoint_manager import _CheckpointManager
+
+    if not (sets_or_defines(Trial, "run_metadata")
+            and isinstance(getattr(_CheckpointManager, "best_checkpoint_results", None),
+                           property)):
+        gaps.append("Trial.run_metadata.checkpoint_manager.best_checkpoint_results")
     gaps += [f"{path}.{name}" for path, name in INHERITED_STATE
              if not sets_or_defines(ray_class(path), name)]
     return gaps + [gap for hook in OVERRIDDEN_HOOKS if (gap := _hook_gap(hook))]

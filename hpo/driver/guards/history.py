@@ -18,6 +18,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hpo.driver.ray_private import kept_checkpoint_rows
+
 _log = logging.getLogger("hpo.history")
 ITERATION = "training_iteration"
 
@@ -88,10 +90,67 @@ def cut_after(path: Path, last: int) -> int:
 
 
 def cut_trial_file(path: Path, trial: Any) -> None:
-    """Cut a (re)starting trial's history file back to the checkpoint it starts from."""
+    """Cut a (re)starting trial's history file back to the checkpoint it starts from, and fill
+    the rows up to it that the file lacks."""
     last = restored_iteration(trial)
     dropped = cut_after(path, last)
     if dropped:
         _log.warning("trial %s restarts from its checkpoint at iteration %d: %d row(s) of %s "
                      "after it are dropped (they are reported again)", trial.trial_id, last,
                      dropped, path.name)
+    if last:
+        fill_upto(path, last, kept_checkpoint_rows(trial), trial.trial_id)
+
+
+def fill_upto(path: Path, last: int, kept: list[dict[str, Any]], trial_id: str) -> None:
+    """Append the rows after the file's last one, up to `last`, from the rows that carried
+    the kept checkpoints. A killed driver's storage copy can lag the experiment state: Tune
+    syncs its staging folder in the background while the state file is rewritten, so the state
+    may know a checkpoint whose row the copied history lacks. Rows found nowhere are named."""
+    text = path.read_text() if path.exists() else ""
+    present = _iterations(path, text)
+    wanted = range((present[-1] if present else 0) + 1, last + 1)
+    rows = [row for row in kept if int(row.get(ITERATION, 0)) in wanted]
+    if rows:
+        lines = _json_lines(rows) if path.suffix == ".json" else _csv_lines(text, rows)
+        partial = path.with_name(f".{path.name}.fill")
+        partial.write_text(text + "".join(f"{line}\n" for line in lines))
+        os.replace(partial, path)
+        _log.warning("trial %s: %s lacked the row(s) of iteration(s) %s, restored from the "
+                     "checkpoints Tune kept", trial_id, path.name,
+                     ", ".join(str(row[ITERATION]) for row in rows))
+    lost = sorted(set(wanted) - {int(row[ITERATION]) for row in rows})
+    if lost:
+        _log.error("trial %s: the row(s) of iteration(s) %s are missing from %s and from its "
+                   "kept checkpoints (the driver was killed before its copy reached the "
+                   "experiment folder)", trial_id, ", ".join(map(str, lost)), path.name)
+
+
+def _iterations(path: Path, text: str) -> list[int]:
+    if path.suffix == ".json":
+        return [int(json.loads(line).get(ITERATION, 0)) for line in text.splitlines()
+                if line.strip()]
+    reader = csv.DictReader(io.StringIO(text))
+    return [int(float(row[ITERATION])) for row in reader if row.get(ITERATION)]
+
+
+def _json_lines(rows: list[dict[str, Any]]) -> list[str]:
+    from ray.tune.utils.util import SafeFallbackEncoder  # as Ray's JSON logger writes
+
+    return [json.dumps(row, cls=SafeFallbackEncoder) for row in rows]
+
+
+def _csv_lines(text: str, rows: list[dict[str, Any]]) -> list[str]:
+    """CSV lines of rows as Ray's CSV logger writes them (flat, without config), in the
+    file's columns, with a header first when the file has none."""
+    from ray.tune.utils import flatten_dict
+
+    flat = [flatten_dict({k: v for k, v in row.items() if k != "config"}, delimiter="/")
+            for row in rows]
+    header = next(csv.reader([text.splitlines()[0]])) if text.strip() else list(flat[0])
+    out = io.StringIO()
+    writer = csv.DictWriter(out, header, extrasaction="ignore", lineterminator="\n")
+    if not text.strip():
+        writer.writeheader()
+    writer.writerows(flat)
+    return out.getvalue().splitlines()

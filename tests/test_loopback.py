@@ -3,6 +3,7 @@ real run goes, for every process the run started (the driver, gcs_server, raylet
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import shutil
@@ -85,9 +86,13 @@ def test_a_plain_run_listens_on_loopback_only(tmp_path: Path) -> None:
     try:
         seen = _listeners_once_trials_run(proc, tmp_path / "r" / "loopback")
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-        proc.communicate(timeout=120)
+        if proc.poll() is None:  # the driver alone: a SIGTERM to the whole group ends Ray
+            os.kill(proc.pid, signal.SIGTERM)  # under the driver, which then waits up to 60 s
+        try:
+            proc.communicate(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
     processes = " ".join(owner for _, owner in seen)
     assert "gcs_server" in processes and "raylet" in processes, seen
     assert [s for s in seen if not is_loopback(s[0])] == []

@@ -189,8 +189,10 @@ def step_ten_second_trial(args: argparse.Namespace, tmp: Path, epoch: float) -> 
 
 def step_warm_ranks(args: argparse.Namespace) -> Step:
     # the DDP row: s per more trial with new ranks, with warm ranks, and the ratio
+    # --cpu-check: DDP alone (tests/test_rank_reuse.py covers Horovod's warm ranks), 3 trials
+    smaller = ["--backends", "ddp", "--trials", "3"] if args.cpu_check else ["--trials", "4"]
     return _script_step("warm rank: one more DDP trial (new, warm s)", [
-        "benchmarks/rank_reuse.py", *_device(args), "--trials", "4", "--repeats", "1"], 240,
+        "benchmarks/rank_reuse.py", *_device(args), *smaller, "--repeats", "1"], 240,
         finding="ddp ")
 
 

@@ -148,14 +148,21 @@ def test_fill_upto_appends_kept_rows_in_the_files_format(tmp_path: Path) -> None
     assert empty.read_text() == "training_iteration,score,nested/a\n3,0.3,3\n"
 
 
-# 20 stop points spread over trials (in start order) and steps.
+# 12 stop points: each of the 12 steps once (7 and 12 are coprime), spread over the 4 trials
+# (in start order, 3 points each) and the 3 signals (4 each).
 SWEEP = [(i % 4, 1 + (i * 7) % STEPS, (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)[i % 3])
-         for i in range(20)]
+         for i in range(STEPS)]
+
+
+def test_the_sweep_stops_at_every_step() -> None:
+    assert sorted(step for _, step, _ in SWEEP) == EXACT
+    assert sorted(trial for trial, _, _ in SWEEP) == sorted(list(range(4)) * 3)
 
 
 @pytest.mark.slow
-def test_twenty_stops_each_resume_exactly(tmp_path: Path) -> None:
-    """4 trials x 12 steps, stopped once at each of 20 points and resumed: 20/20 exact."""
+def test_a_stop_at_every_step_resumes_exactly(tmp_path: Path) -> None:
+    """4 trials x 12 steps, stopped once at each step (over trials and signals) and resumed:
+    12/12 exact."""
     inexact = []
     for i, (trial, step, signum) in enumerate(SWEEP):
         name = f"sweep{i}"

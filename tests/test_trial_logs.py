@@ -93,11 +93,13 @@ def test_restart_cuts_the_rows_after_its_checkpoint(tmp_path: Path, logger_cls: 
 @pytest.mark.parametrize(("logger_cls", "file_name"), LOGGERS)
 def test_resume_brings_the_rows_back_from_storage(tmp_path: Path, logger_cls: Any,
                                                   file_name: str) -> None:
-    """A new driver (`hpo resume`) has no copy of its own: storage's rows come back."""
+    """A new driver (`hpo resume`) has no copy of its own: storage's rows come back (a
+    storage copy that lags the checkpoint: tests/test_exact_stops.py, the lagging copy)."""
     trial, local, remote = _restarted_trial(tmp_path)
-    (remote / file_name).write_text(_rows(file_name, range(1, 2)))
+    (remote / file_name).write_text(_rows(file_name, range(1, CHECKPOINT_AT + 1)))
     _restart_and_report(logger_cls(), trial)
-    assert _rows_before_the_new_one(local / file_name) == _rows(file_name, range(1, 2))
+    assert _rows_before_the_new_one(local / file_name) == _rows(file_name,
+                                                                range(1, CHECKPOINT_AT + 1))
 
 
 @pytest.mark.parametrize(("logger_cls", "file_name"), RAY_LOGGERS)

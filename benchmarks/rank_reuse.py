@@ -126,18 +126,13 @@ def main() -> None:
     for backend in backends:
         warm, cold = median(overheads[backend, True]), median(overheads[backend, False])
         rows.append([backend, f"{cold:.2f}", f"{warm:.2f}", f"{cold / warm:.1f}x"])
-    where = _gpu_name() if gpu else machine()
+    where = machine()  # names the GPU too, where torch sees one
     log(f"\n{where}; {versions()}; {args.trials} trials per run, {args.repeats} repeats "
         f"(medians); others' CPU per run: {min(others):.0f}-{max(others):.0f} s")
     log(text_table([f"{args.workers} {args.device} ranks", "s per more trial, new ranks",
                     "with warm ranks", "less"], rows))
     log(f"PASS: every run with reuse on reused its warm {args.device} ranks")
 
-
-def _gpu_name() -> str:
-    import torch
-
-    return f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
 
 
 if __name__ == "__main__":

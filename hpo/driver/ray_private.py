@@ -99,23 +99,31 @@ def hook_class(hook: Hook) -> type:
 
 
 @contextlib.contextmanager
+def _replaced(owner: type, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+    """While the block runs, owner.name is wrap(the original); the original after."""
+    original = getattr(owner, name)
+    setattr(owner, name, wrap(original))
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+@contextlib.contextmanager
 def without_monitors() -> Iterator[None]:
     """While the block runs, every RayParams built (the one `ray.init` builds to start its
     node) has no autoscaler monitor and no log monitor; restored after."""
     from ray._private.parameter import RayParams
 
-    original = RayParams.__init__
+    def lean(original: Any) -> Any:
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            for name, value in _LEAN.items():
+                setattr(self, name, value)
+        return init
 
-    def lean(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        for name, value in _LEAN.items():
-            setattr(self, name, value)
-
-    RayParams.__init__ = lean  # type: ignore[method-assign]
-    try:
+    with _replaced(RayParams, "__init__", lean):
         yield
-    finally:
-        RayParams.__init__ = original  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -124,16 +132,11 @@ def actor_errors_handled_by(handler: ActorErrorHandler) -> Iterator[None]:
     counted) instead of counting it; Tune's own handling is restored after."""
     from ray.tune.experiment.trial import Trial
 
-    counted = Trial._handle_ray_actor_error
+    def handled(counted: Any) -> Any:
+        return lambda trial, exc: handler(trial, exc, counted)
 
-    def handle(trial: Any, exc: Any) -> None:
-        handler(trial, exc, counted)
-
-    Trial._handle_ray_actor_error = handle  # type: ignore[method-assign]
-    try:
+    with _replaced(Trial, "_handle_ray_actor_error", handled):
         yield
-    finally:
-        Trial._handle_ray_actor_error = counted  # type: ignore[method-assign]
 
 
 def kept_checkpoint_rows(trial: Any) -> list[dict[str, Any]]:
@@ -146,6 +149,7 @@ def kept_checkpoint_rows(trial: Any) -> list[dict[str, Any]]:
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
     from ray._private.parameter import RayParams
+    from ray.train._internal.checkpoint_manager import _CheckpointManager
     from ray.tune.experiment.trial import Trial
 
     gaps = []
@@ -156,8 +160,6 @@ def missing() -> list[str]:
     handle = getattr(Trial, "_handle_ray_actor_error", None)
     if not callable(handle) or list(inspect.signature(handle).parameters) != ["self", "exc"]:
         gaps.append("Trial._handle_ray_actor_error(self, exc)")
-    from ray.train._internal.checkpoint_manager import _CheckpointManager
-
     if not (sets_or_defines(Trial, "run_metadata")
             and isinstance(getattr(_CheckpointManager, "best_checkpoint_results", None),
                            property)):

@@ -12,6 +12,7 @@ from hpo.cluster.render import ray_start_args, ray_temp_dir, srun_args
 from hpo.cluster.slurm_env import (
     Allocation,
     NodeShare,
+    expand_counts,
     expand_hostlist,
     parse_cpus,
     parse_gpus,
@@ -129,8 +130,39 @@ def test_parse_cpus_rejects(bad: str) -> None:
 def test_node_share_names_the_node() -> None:
     share = NodeShare.from_env({"SLURMD_NODENAME": "jwb0001", "SLURM_CPUS_ON_NODE": "96"},
                                "jwb0001.juwels")
-    assert share == NodeShare("jwb0001", 96, ())
+    assert share == NodeShare("jwb0001", 96, (), job_cpus=96)
+    assert share.short_of_cpus is None
     assert NodeShare.from_env({}, "node7.cluster").name == "node7"
+
+
+def test_ray_gets_no_more_cpus_than_the_step_may_use() -> None:
+    env = {"SLURMD_NODENAME": "n1", "SLURM_CPUS_ON_NODE": "4"}
+    bound = NodeShare.from_env(env, "n1", usable=1)  # a step bound to one core
+    assert (bound.cpus, bound.job_cpus) == (1, 4)
+    assert bound.short_of_cpus is not None and "srun -c 4" in bound.short_of_cpus
+    assert NodeShare.from_env(env, "n1", usable=8).cpus == 4  # the job's share caps it
+    assert NodeShare.from_env({}, "n1", usable=2).cpus is None  # not in Slurm: Ray counts
+
+
+@pytest.mark.parametrize(("value", "counts"), [
+    ("4", [4]), ("4(x2)", [4, 4]), ("72,36(x2)", [72, 36, 36]), ("2(x1),1", [2, 1])])
+def test_expand_counts(value: str, counts: list[int]) -> None:
+    assert expand_counts(value) == counts
+
+
+@pytest.mark.parametrize("bad", ["", "4(x)", "x4", "4,,2"])
+def test_expand_counts_rejects(bad: str) -> None:
+    with pytest.raises(ValueError):
+        expand_counts(bad)
+
+
+@pytest.mark.parametrize(("value", "cpus"), [
+    ("48(x2),24", (48, 48, 24)), (None, ()), ("48(x2)", ()), ("banana", ())])
+def test_allocation_reads_the_cpus_of_each_node(value: str | None, cpus: tuple[int, ...]) -> None:
+    env = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n[1-3]"}
+    alloc = Allocation.from_env({**env, "SLURM_JOB_CPUS_PER_NODE": value} if value else env)
+    assert alloc.cpus == cpus  # unreadable or not one count per node: none asked for
+    assert alloc.cpus_on("n3") == (cpus[2] if cpus else None)
 
 
 def test_allocation_from_env() -> None:
@@ -210,6 +242,29 @@ def test_srun_line_runs_one_task_on_the_node() -> None:
     args = srun_args("n2", "worker", "/venv/bin/python", Path("/jobs/1"), Path("/l/n2.log"))
     assert args[:1] == ["srun"] and "--nodelist=n2" in args and "--ntasks=1" in args
     assert args[-5:] == ["/venv/bin/python", "-m", "hpo.cluster.node", "worker", "/jobs/1"]
+    assert "--mem=0" in args and not any(a.startswith("--cpus-per-task") for a in args)
+    # srun does not inherit sbatch's --cpus-per-task: the step asks for the node's share
+    bound = srun_args("n2", "head", "python", Path("/j"), Path("/l"), cpus=48)
+    assert "--cpus-per-task=48" in bound and bound.index("--cpus-per-task=48") < bound.index(
+        "python")
+
+
+def test_doctor_flags_a_step_with_fewer_cpus_than_the_job() -> None:
+    from hpo.cluster.node_report import node_checks
+
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "n1", "SLURM_CPUS_ON_NODE": "4"}
+    cpus = {label: (value, fine) for label, value, fine in node_checks(env, "lo", usable=1)}
+    assert cpus["cpus"][1] is False and "1 usable" in cpus["cpus"][0], cpus["cpus"]
+    fine = {label: fine for label, _, fine in node_checks(env, "lo", usable=4)}
+    assert fine["cpus"] is True
+
+
+def test_an_address_of_another_machine_is_refused() -> None:
+    from hpo.cluster.network import is_local, node_address
+
+    assert is_local("127.0.0.1") and not is_local("192.0.2.1")  # TEST-NET-1: no one's
+    with pytest.raises(SlurmEnvironmentError, match="no address of this node.*hostname_suffix"):
+        node_address(None, hostname="192.0.2.1")
 
 
 def test_node_report_for_doctor() -> None:
@@ -218,7 +273,7 @@ def test_node_report_for_doctor() -> None:
     assert info["slurm job"].startswith("9")
     assert info["nodes"] == "2: n1, n2 (head n1)"
     assert info["ray address"] == "127.0.0.1" and info["ray interface"] == "lo"
-    assert info["gpus"] == "0" and info["cpus"] == "4"
+    assert info["gpus"] == "0" and "usable by this step" in info["cpus"]
     assert info["ray temp dir"] == "/tmp/hpo-9/r"
     assert node_report({})["slurm job"].startswith("none")
 

@@ -60,10 +60,12 @@ def _horovod_ray() -> list[Row]:
 
 
 def _cluster(interface: str | None) -> list[Row]:
-    """What `hpo slurm run` would choose on this node (job, nodes, address, ports, GPUs)."""
-    from hpo.cluster.node_report import node_report
+    """What `hpo slurm run` would choose on this node (job, nodes, address, ports, CPUs, GPUs);
+    an address other nodes cannot reach, or a step bound to fewer CPUs than the job holds,
+    is not fine."""
+    from hpo.cluster.node_report import node_checks
 
-    return [(what, finding, True) for what, finding in node_report(interface=interface).items()]
+    return node_checks(interface=interface)
 
 
 def diagnose(interface: str | None = None) -> list[Row]:

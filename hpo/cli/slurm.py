@@ -237,3 +237,5 @@ def check(interface: str | None = typer.Option(None, help="Network interface for
         out.print(f"ready: {len(alloc.nodes)} node(s) after "
                   f"{clock.monotonic() - started:.2f} s; head {c.address}; "
                   f"epoch {clock.time():.3f}", highlight=False)
+        for note in c.notes:
+            err.print(f"warning: {note}", highlight=False)

@@ -22,6 +22,7 @@ class RayCluster:
     address: str
     node_ip: str
     token_file: Path
+    notes: tuple[str, ...] = ()  # what the nodes found at start (e.g. fewer CPUs than held)
 
 
 def new_token(folder: Path) -> Path:

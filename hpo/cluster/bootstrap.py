@@ -71,7 +71,7 @@ def _launch(alloc: Allocation, job_dir: Path, log_dir: Path) -> list[_Step]:
     for node in alloc.nodes:
         role = "head" if node == alloc.head else "worker"
         log_file = log_dir / f"ray-{node}.log"
-        args = srun_args(node, role, sys.executable, job_dir, log_file)
+        args = srun_args(node, role, sys.executable, job_dir, log_file, alloc.cpus_on(node))
         steps.append(_Step(node, log_file, subprocess.Popen(args, stdin=subprocess.DEVNULL)))
     return steps
 
@@ -146,6 +146,17 @@ def wait_ready(alloc: Allocation, job_dir: Path, steps: list[_Step], timeout: fl
                             "slurm.startup_timeout_s if the nodes are just slow")
 
 
+def node_notes(job_dir: Path) -> tuple[str, ...]:
+    """The lines the nodes published about their start (one per node short of CPUs)."""
+    notes = []
+    for path in sorted((job_dir / NODES_DIR).glob("*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            note = json.loads(path.read_text()).get("note")
+            if note:
+                notes.append(str(note))
+    return tuple(notes)
+
+
 def stop(steps: list[_Step], job_dir: Path) -> None:
     """Ask every node process to stop Ray (a stop file: see node.py) and wait; SIGKILL to an
     srun that outstays the grace period (Slurm then kills what is left of its step)."""
@@ -181,7 +192,7 @@ def ray_cluster(alloc: Allocation, options: SlurmSettings,
         with token_env(job_dir / TOKEN_FILE):
             address = wait_ready(alloc, job_dir, steps, options.startup_timeout_s)
         head = json.loads((job_dir / HEAD_FILE).read_text())
-        yield RayCluster(address, head["ip"], job_dir / TOKEN_FILE)
+        yield RayCluster(address, head["ip"], job_dir / TOKEN_FILE, node_notes(job_dir))
     finally:
         stop(steps, job_dir)
         shutil.rmtree(job_dir, ignore_errors=True)

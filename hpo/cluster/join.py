@@ -175,7 +175,8 @@ def run_joined(exp_dir: Path, env: Mapping[str, str] = os.environ,
 def _launch(alloc: Allocation, job_dir: Path, log_dir: Path) -> list[subprocess.Popen[bytes]]:
     log_dir.mkdir(parents=True, exist_ok=True)
     return [subprocess.Popen(srun_args(node, "join", sys.executable, job_dir,
-                                       log_dir / f"ray-{node}.log"), stdin=subprocess.DEVNULL)
+                                       log_dir / f"ray-{node}.log", alloc.cpus_on(node)),
+                             stdin=subprocess.DEVNULL)
             for node in alloc.nodes]
 
 

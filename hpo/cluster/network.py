@@ -56,4 +56,20 @@ def node_address(interface: str | None, hostname: str | None = None,
         raise SlurmEnvironmentError(
             f"hostname {host!r} resolves to {address}, which other nodes cannot reach. Hint: "
             f"set slurm.interface to one of {', '.join(interfaces())}")
+    if not is_local(address):
+        check = "check slurm.hostname_suffix or " if not suffix else ""
+        raise SlurmEnvironmentError(
+            f"hostname {host!r} resolves to {address}, which is no address of this node, so "
+            f"other nodes would not reach Ray here. Hint: {check}set slurm.interface to one "
+            f"of {', '.join(interfaces())}")
     return address
+
+
+def is_local(address: str) -> bool:
+    """Whether an address belongs to one of this node's interfaces (it can be bound)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((address, 0))
+        except OSError:
+            return False
+    return True

@@ -25,7 +25,7 @@ from typing import Any
 from hpo.cluster.network import node_address
 from hpo.cluster.ports import pick_ports
 from hpo.cluster.render import node_dir, ray_start_args, ray_temp_dir
-from hpo.cluster.slurm_env import NodeShare, lookup, ray_node_env
+from hpo.cluster.slurm_env import NodeShare, lookup, ray_node_env, usable_cpus
 
 HEAD_FILE, CONFIG_FILE, TOKEN_FILE, NODES_DIR = "head.json", "config.json", "auth_token", "nodes"
 STOP_FILE = "stop"
@@ -69,7 +69,9 @@ def ray_executable() -> str:
 def start_args(role: str, job_dir: Path, env: dict[str, str]) -> list[str]:
     """Decide address, ports and resources for this node; publish them; return the args."""
     config = json.loads((job_dir / CONFIG_FILE).read_text())
-    share = NodeShare.from_env(env, socket.gethostname())
+    share = NodeShare.from_env(env, socket.gethostname(), usable_cpus())
+    if share.short_of_cpus:
+        print(f"hpo: {share.short_of_cpus}", flush=True)
     ip = node_address(config.get("interface"), suffix=config.get("hostname_suffix", ""))
     job_id = lookup(env, "job_id") or "0"
     ports = pick_ports(job_id)
@@ -82,7 +84,8 @@ def start_args(role: str, job_dir: Path, env: dict[str, str]) -> list[str]:
         head_address = wait_for_file(job_dir / HEAD_FILE, config["timeout"])["address"]
     write_json(node_file(job_dir, share.name, job_id if role == "join" else None),
                {"name": share.name, "ip": ip, "cpus": share.cpus, "gpus": len(share.gpus),
-                "port_block": ports.base, "job_id": job_id, "role": role})
+                "port_block": ports.base, "job_id": job_id, "role": role,
+                "job_cpus": share.job_cpus, "note": share.short_of_cpus})
     return ray_start_args(ray_executable(), ip=ip, ports=ports, share=share,
                           temp_dir=temp_dir, head_address=head_address,
                           dashboard=config.get("dashboard", False))

@@ -7,6 +7,7 @@ expanded here (`node[01-03,07]` -> node01, node02, node03, node07) instead of ca
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ VARIABLES: dict[str, tuple[str, ...]] = {
     "num_nodes": ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"),
     "node_name": ("SLURMD_NODENAME",),
     "cpus_on_node": ("SLURM_CPUS_ON_NODE",),
+    "cpus_per_node": ("SLURM_JOB_CPUS_PER_NODE",),  # '4(x2),2': in nodelist order
     # Slurm's ids (STEP first: a step on another node inherits the batch node's JOB_GPUS)
     "gpus": ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"),
     "gpu_count": ("SLURM_GPUS_ON_NODE",),  # count-only GRES (gres.conf without File=)
@@ -133,6 +135,25 @@ def parse_cpus(value: str | None) -> int | None:
     return int(match.group(1))
 
 
+def expand_counts(value: str) -> list[int]:
+    """Slurm's run-length counts, e.g. SLURM_JOB_CPUS_PER_NODE '4(x2),2' -> [4, 4, 2];
+    ValueError if unreadable."""
+    counts: list[int] = []
+    for part in value.split(","):
+        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if match is None:
+            raise ValueError(f"cannot read {value!r}")
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts
+
+
+def usable_cpus() -> int | None:
+    """The CPUs this process may run on (its affinity mask, which Slurm's CPU binding sets);
+    None where the platform cannot tell."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    return len(getaffinity(0)) if getaffinity is not None else None
+
+
 @dataclass(frozen=True)
 class Allocation:
     """The parts of a Slurm job hpo uses to start Ray on it."""
@@ -140,11 +161,18 @@ class Allocation:
     job_id: str
     nodes: tuple[str, ...]
     restart_count: int = 0
+    cpus: tuple[int, ...] = ()  # the job's CPUs on each node; () where Slurm did not say
 
     @property
     def head(self) -> str:
         """The first node of SLURM_JOB_NODELIST: the Ray head (and where the script runs)."""
         return self.nodes[0]
+
+    def cpus_on(self, node: str) -> int | None:
+        """The job's CPUs on `node`: what each srun step there asks for again (srun does not
+        inherit sbatch's --cpus-per-task since Slurm 22.05; on a site that binds steps to
+        their CPUs, a step without it runs on one core)."""
+        return self.cpus[self.nodes.index(node)] if self.cpus else None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Allocation:
@@ -162,7 +190,15 @@ class Allocation:
             raise SlurmEnvironmentError(f"SLURM_JOB_NUM_NODES={count} but SLURM_JOB_NODELIST="
                                         f"{nodelist!r} names {len(nodes)} node(s). Hint: do not "
                                         "set SLURM_* variables by hand")
-        return cls(job_id, tuple(nodes), restart_count(env))
+        return cls(job_id, tuple(nodes), restart_count(env), _cpus_per_node(env, len(nodes)))
+
+
+def _cpus_per_node(env: Mapping[str, str], nodes: int) -> tuple[int, ...]:
+    try:
+        counts = expand_counts(lookup(env, "cpus_per_node") or "")
+    except ValueError:
+        return ()  # unset or unreadable: steps ask for no CPU count, as before
+    return tuple(counts) if len(counts) == nodes else ()
 
 
 @dataclass(frozen=True)
@@ -170,13 +206,29 @@ class NodeShare:
     """What this job may use on the node a process runs on (read inside an srun step)."""
 
     name: str
-    cpus: int | None  # None: let Ray count them
+    cpus: int | None  # what Ray is told; None: let Ray count them
     gpus: tuple[str, ...]
+    job_cpus: int | None = None  # the job's CPUs on this node (SLURM_CPUS_ON_NODE)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], hostname: str) -> NodeShare:
+    def from_env(cls, env: Mapping[str, str], hostname: str,
+                 usable: int | None = None) -> NodeShare:
+        """`usable`: the CPUs this step may run on (usable_cpus()). Ray gets no more than
+        that, whatever the job holds: a trial beyond the mask would only share its cores."""
         name = lookup(env, "node_name") or hostname.split(".")[0]
-        return cls(name, parse_cpus(lookup(env, "cpus_on_node")), tuple(node_gpus(env)))
+        job_cpus = parse_cpus(lookup(env, "cpus_on_node"))
+        cpus = job_cpus if usable is None or job_cpus is None else min(job_cpus, usable)
+        return cls(name, cpus, tuple(node_gpus(env)), job_cpus)
+
+    @property
+    def short_of_cpus(self) -> str | None:
+        """One line when this step may use fewer CPUs than the job holds on the node."""
+        if self.cpus is None or self.job_cpus is None or self.cpus >= self.job_cpus:
+            return None
+        return (f"{self.name}: this step may run on {self.cpus} CPU(s) (its affinity mask) but "
+                f"the job holds {self.job_cpus} there; Ray uses {self.cpus}. Hint: start the "
+                f"step with srun -c {self.job_cpus} (srun does not inherit sbatch's "
+                "--cpus-per-task)")
 
 
 def rocm_visible(env: Mapping[str, str]) -> dict[str, str]:

@@ -26,9 +26,9 @@ from hpo.driver.guards import storage_faults
 from hpo.driver.run_dir import private_run_dir
 
 # Ray's loggers and hpo's driver-side ones (rasda's growths and walltime holds, stops, cut
-# histories, trials that lost their node) go to hpo.log.
+# histories, trials that lost their node, nodes short of CPUs) go to hpo.log.
 _RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.data", "hpo.rasda", "hpo.stops",
-                "hpo.history", "hpo.node_loss")
+                "hpo.history", "hpo.node_loss", "hpo.cluster")
 
 
 class _RunLog(logging.FileHandler):
@@ -198,6 +198,8 @@ def connected_ray(cluster: RayCluster, log_file: Path) -> Iterator[dict[str, flo
         ray.init(address=cluster.address, _node_ip_address=cluster.node_ip,
                  log_to_driver=False, logging_level=logging.WARNING)
         _log_ray_to(log_file)
+        for note in cluster.notes:
+            logging.getLogger("hpo.cluster").warning(note)
         try:
             yield ray.cluster_resources()
         finally:

@@ -55,6 +55,8 @@ def run_in_allocation(spec: Spec, *, storage: str | None = None, name: str | Non
         report(f"hpo: Ray cluster ready on {len(alloc.nodes)} node(s) "
                f"({', '.join(alloc.nodes)}) after {time.monotonic() - started:.1f} s; "
                f"head {cluster.address}")
+        for note in cluster.notes:
+            report(f"hpo: warning: {note}")
         if stop_flag.raised:
             raise RunError("stopped by USR1 before the experiment started. Hint: the job "
                            "requeues itself; the next run starts it")

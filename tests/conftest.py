@@ -70,6 +70,15 @@ def cli_invoke(args: list[str], env: dict[str, str] | None = None) -> tuple[int,
     return result.exit_code, result.stdout, result.stderr
 
 
+GOLDEN_VENV = "/p/project/hpo/.venv"
+
+
+def with_golden_venv(text: str) -> str:
+    """A rendered script with this test run's venv (the default slurm.venv: the environment
+    that renders) shown as the golden files' /p/project/hpo/.venv."""
+    return text.replace(sys.prefix, GOLDEN_VENV)
+
+
 def check_golden(golden: Path, text: str, regenerate: str) -> None:
     """Compare rendered text with its golden file (HPO_REGENERATE_GOLDEN=1 rewrites it); on a
     difference, fail with the changed lines and the command that regenerates it."""

@@ -4,10 +4,11 @@ ending in one line, exit 2, with nothing started."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import check_golden, cli_invoke
+from conftest import check_golden, cli_invoke, with_golden_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path("tests/golden/slurm-job.sbatch")
@@ -31,7 +32,7 @@ def test_render_matches_golden_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     code, text, stderr = _invoke(GOLDEN_ARGS)
     assert code == 0, stderr
-    check_golden(GOLDEN, text, REGENERATE)
+    check_golden(GOLDEN, with_golden_venv(text), REGENERATE)
 
 
 def test_golden_script_asks_for_what_the_bootstrap_needs() -> None:
@@ -80,6 +81,7 @@ BAD = [
     ("bad-time-option", "", ["--time", "banana"], "--time", "'banana'"),
     ("zero-nodes-option", "", ["--nodes", "0"], "--nodes", "0"),
     ("negative-gpus-option", "", ["--gpus-per-node", "-1"], "--gpus-per-node", "-1"),
+    ("missing-venv", "slurm: {venv: /no/such/venv}\n", [], "slurm.venv", "/no/such/venv"),
 ]
 
 
@@ -122,3 +124,35 @@ def test_run_outside_a_job_starts_nothing(tmp_path: Path) -> None:
     assert code == 2 and "not inside a Slurm job" in stderr and "Hint:" in stderr
     assert "\n" not in stderr.strip()
     assert not jobs.exists() and not (tmp_path / "r").exists()
+
+
+def test_the_job_runs_the_hpo_that_rendered_it(tmp_path: Path) -> None:
+    from hpo.cluster.sbatch import JobPython
+
+    venv = JobPython.of(None, "s.yaml", prefix="/p/venv", base_prefix="/usr",
+                        executable="/p/venv/bin/python")
+    assert venv.lines[-1] == "source /p/venv/bin/activate" and venv.python == "python"
+    (tmp_path / "conda-meta").mkdir()
+    conda = JobPython.of(None, "s.yaml", prefix=str(tmp_path), base_prefix=str(tmp_path),
+                         executable=f"{tmp_path}/bin/python")
+    assert conda.python == f"{tmp_path}/bin/python"  # absolute: no site python can hide it
+    assert conda.lines[-1] == f'export PATH={tmp_path}/bin:"$PATH"'
+    site = JobPython.of(None, "s.yaml", prefix="/usr", base_prefix="/usr",
+                        executable="/usr/bin/python3.11")
+    assert site == JobPython((), "/usr/bin/python3.11")
+    (tmp_path / "v" / "bin").mkdir(parents=True)
+    (tmp_path / "v" / "bin" / "activate").touch()
+    chosen = JobPython.of(str(tmp_path / "v"), "s.yaml", prefix="/p/venv", base_prefix="/usr")
+    assert chosen.lines == (f"source {tmp_path}/v/bin/activate",)
+
+
+def test_the_venv_is_activated_after_the_modules(tmp_path: Path) -> None:
+    # A site Python module put first on PATH would hide a venv activated before it.
+    space = tmp_path / "exp.yaml"
+    space.write_text(GOOD + "slurm: {modules: [Python]}\n")
+    code, text, stderr = _invoke(["slurm", "render", str(space)])
+    assert code == 0, stderr
+    lines = text.splitlines()
+    activate = f"source {sys.prefix}/bin/activate"
+    assert lines.index("module load Python") < lines.index(activate)
+    assert "python -m hpo slurm run" in text

@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from conftest import check_golden, cli_invoke
+from conftest import check_golden, cli_invoke, with_golden_venv
 
 from hpo.cluster.network import node_address, suffixed
 from hpo.errors import SlurmEnvironmentError
@@ -47,7 +47,7 @@ def test_site_renders_its_golden_file(site: str, monkeypatch: pytest.MonkeyPatch
     golden = Path(f"tests/golden/site-{site}.sbatch")
     code, text, stderr = _invoke(golden_args(site))
     assert code == 0, stderr
-    check_golden(golden, text, REGENERATE)
+    check_golden(golden, with_golden_venv(text), REGENERATE)
 
 
 @pytest.mark.parametrize(("site", "lines"), [
@@ -179,6 +179,7 @@ def test_node_address_resolves_the_suffixed_name(monkeypatch: pytest.MonkeyPatch
         return table[host]
 
     monkeypatch.setattr(socket, "gethostbyname", resolve)
+    monkeypatch.setattr("hpo.cluster.network.is_local", lambda address: True)  # not here
     assert node_address(None, "jwb0001") == "10.0.0.1"
     assert node_address(None, "jwb0001", suffix="i") == "10.13.0.1"
     with pytest.raises(SlurmEnvironmentError, match="hostname_suffix"):

@@ -32,7 +32,13 @@ from hpo.cluster.node import (
     write_json,
 )
 from hpo.cluster.render import srun_args
-from hpo.cluster.sbatch import WAIT_FOR_HPO, environment, fill_template, sbatch_options
+from hpo.cluster.sbatch import (
+    WAIT_FOR_HPO,
+    JobPython,
+    environment,
+    fill_template,
+    sbatch_options,
+)
 from hpo.cluster.slurm_env import Allocation
 from hpo.errors import ClusterStartError, ExperimentError, NotRunningError
 from hpo.spec.slurm import SlurmSettings
@@ -138,9 +144,11 @@ def render_join(exp_dir: Path, name: str, settings: SlurmSettings, workdir: str)
     options = sbatch_options(f"{name}-join", settings.model_copy(update={"requeue": False}))
     options.insert(len(options) - len(settings.sbatch),  # the user's own options stay last
                    f"--signal=B:USR1@{settings.signal_seconds}")
-    command = shlex.join(["python", "-m", "hpo", "slurm", "worker", str(exp_dir)])
+    python = JobPython.of(settings.venv, str(exp_dir))
+    command = shlex.join([python.python, "-m", "hpo", "slurm", "worker", str(exp_dir)])
     run = _WORKER_RUN.format(seconds=settings.signal_seconds, command=command)
-    return fill_template(TEMPLATE, str(exp_dir), options, environment(settings, workdir), run)
+    return fill_template(TEMPLATE, str(exp_dir), options,
+                         environment(settings, workdir, python), run)
 
 
 def run_joined(exp_dir: Path, env: Mapping[str, str] = os.environ,

@@ -10,9 +10,12 @@ elsewhere).
 from __future__ import annotations
 
 import shlex
+import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from hpo.errors import ConfigError
 from hpo.spec.slurm import SlurmSettings
 
 TEMPLATE = Path(__file__).with_name("hpo-job.sbatch")
@@ -62,13 +65,46 @@ def sbatch_options(name: str, s: SlurmSettings) -> list[str]:
     return options + list(s.sbatch)
 
 
-def environment(s: SlurmSettings, workdir: str) -> list[str]:
-    """Module loads, venv activation, the site's variables, the user's set-up lines, then cd
-    to the project. Variables come after the modules (which may set their own) and are
-    exported, so every srun step (each node's Ray, the trials) inherits them."""
+@dataclass(frozen=True)
+class JobPython:
+    """How the job finds the hpo that rendered it: lines after the module loads (which may
+    put a site Python first on PATH) and the interpreter that runs `-m hpo`."""
+
+    lines: tuple[str, ...]
+    python: str
+
+    @classmethod
+    def of(cls, venv: str | None, source: str, prefix: str = sys.prefix,
+           base_prefix: str = sys.base_prefix, executable: str = sys.executable) -> JobPython:
+        """slurm.venv if set (it must exist), else the environment this process runs in: a
+        venv is activated, a conda prefix goes first on PATH, any other Python is named by
+        its absolute path."""
+        if venv is not None:
+            folder = Path(venv).expanduser()
+            if not (folder / "bin" / "activate").is_file():
+                raise ConfigError(source, "slurm.venv", f"no virtual environment at {venv} "
+                                  "(no bin/activate)", "create it with python -m venv, or "
+                                  "leave venv out: the job then uses the environment that "
+                                  "renders it")
+            return cls((f"source {shlex.quote(str(folder / 'bin' / 'activate'))}",), "python")
+        if prefix != base_prefix:  # the venv this hpo runs in
+            return cls(("# the environment `hpo slurm` ran in (slurm.venv to choose another)",
+                        f"source {shlex.quote(str(Path(prefix) / 'bin' / 'activate'))}"),
+                       "python")
+        if (Path(prefix) / "conda-meta").is_dir():
+            return cls(("# the conda environment `hpo slurm` ran in",
+                        f'export PATH={shlex.quote(str(Path(prefix) / "bin"))}:"$PATH"'),
+                       executable)
+        return cls((), executable)
+
+
+def environment(s: SlurmSettings, workdir: str, python: JobPython) -> list[str]:
+    """Module loads, then the job's Python (after the modules: a site Python module would
+    hide it), the site's variables, the user's set-up lines, then cd to the project.
+    Variables come after the modules (which may set their own) and are exported, so every
+    srun step (each node's Ray, the trials) inherits them."""
     lines = [f"module load {' '.join(shlex.quote(m) for m in s.modules)}"] if s.modules else []
-    if s.venv:
-        lines.append(f"source {shlex.quote(str(Path(s.venv) / 'bin' / 'activate'))}")
+    lines += python.lines
     # Double quotes: $SLURM_JOB_ID and the like expand (values are checked to stay inside).
     lines += [f'export {name}="{value}"' for name, value in s.env.items()]
     lines += s.setup
@@ -76,9 +112,9 @@ def environment(s: SlurmSettings, workdir: str) -> list[str]:
     return lines
 
 
-def hpo_command(space: str, storage: str | None, name: str | None, site: str | None,
-                overrides: Sequence[str]) -> str:
-    args = ["python", "-m", "hpo", "slurm", "run", space]
+def hpo_command(python: str, space: str, storage: str | None, name: str | None,
+                site: str | None, overrides: Sequence[str]) -> str:
+    args = [python, "-m", "hpo", "slurm", "run", space]
     for flag, value in (("--storage", storage), ("--name", name), ("--site", site)):
         if value:
             args += [flag, value]
@@ -90,17 +126,18 @@ def hpo_command(space: str, storage: str | None, name: str | None, site: str | N
 def render_sbatch(name: str, space: str, settings: SlurmSettings, *, workdir: str,
                   storage: str | None = None, run_name: str | None = None,
                   site: str | None = None, overrides: Sequence[str] = (),
-                  template: Path = TEMPLATE) -> str:
+                  template: Path = TEMPLATE, python: JobPython | None = None) -> str:
     """The whole sbatch script as text (deterministic: no dates, no absolute paths added).
 
     Example:
         >>> print(render_sbatch("digits", "space.yaml", SlurmSettings(nodes=2), workdir="."))
     """
-    command = hpo_command(space, storage, run_name, site, overrides)
+    python = python or JobPython.of(settings.venv, space)
+    command = hpo_command(python.python, space, storage, run_name, site, overrides)
     run = (_REQUEUE_RUN.format(seconds=settings.signal_seconds, command=command)
            if settings.requeue else command + "\n")
     return fill_template(template, space, sbatch_options(name, settings),
-                         environment(settings, workdir), run)
+                         environment(settings, workdir, python), run)
 
 
 def fill_template(template: Path, space: str, options: Sequence[str],

@@ -227,3 +227,48 @@ def test_a_rank_bigger_than_the_merged_node_share_is_refused(tmp_path: Path) -> 
                                "--gpus-per-node", "2"])
     assert code == 2 and len(stderr.strip().splitlines()) == 1
     assert "distributed.gpus_per_worker: one rank asks for 4 GPUs but a node has 2" in stderr
+
+
+@pytest.mark.parametrize(("site", "args", "limit"), [
+    ("lumi-g", ["--time", "2-00:00:01"], "2-00:00:00"),
+    ("lumi-g", ["-p", "dev-g", "--time", "04:00:00"], "03:00:00"),
+    ("juwels-booster", ["--time", "1-00:00:01"], "24:00:00"),
+    ("jureca-dc", ["-p", "dc-gpu-devel", "--time", "03:00:00"], "02:00:00")])
+def test_a_time_over_the_partitions_limit_is_refused(site: str, args: list[str],
+                                                     limit: str) -> None:
+    code, stdout, stderr = _invoke([*golden_args(site), *args])
+    line = stderr.strip()
+    assert code == 2 and "\n" not in line and stdout == "", stderr
+    assert "--time: " in line and f"limit of {limit}" in line and "Hint:" in line, line
+
+
+def test_a_partition_without_a_known_limit_takes_any_time() -> None:
+    code, text, stderr = _invoke([*golden_args("lumi-g"), "-p", "small-g", "--gpus-per-node",
+                                  "2", "--time", "3-00:00:00"])
+    assert code == 0 and "#SBATCH --time=3-00:00:00" in text, stderr
+    assert "warning" not in stderr  # small-g shares nodes: billed per GCD
+    code, _, stderr = _invoke([*golden_args("lumi-g"), "-p", "my-own", "--time", "9-00:00:00"])
+    assert code == 0, stderr
+
+
+def test_asking_for_part_of_a_whole_node_warns_in_one_line() -> None:
+    code, text, stderr = _invoke([*golden_args("lumi-g"), "--gpus-per-node", "4"])
+    assert code == 0 and "#SBATCH --gpus-per-node=4" in text
+    warning = stderr.strip()
+    assert warning.startswith("warning: partition standard-g bills whole nodes") and (
+        "4 of 8 GPUs" in warning and "\n" not in warning), warning
+    code, _, stderr = _invoke(golden_args("lumi-g"))
+    assert code == 0 and "warning" not in stderr
+
+
+def test_a_site_file_adds_a_partition_and_keeps_the_bases(tmp_path: Path) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text("base: lumi-g\npartitions: {debug: {max_time: '00:30:00'}}\n")
+    space = tmp_path / "exp.yaml"
+    space.write_text(GOOD)
+    code, _, stderr = _invoke(["slurm", "render", str(space), "--site", str(site), "-p",
+                               "debug", "--time", "01:00:00"])
+    assert code == 2 and "limit of 00:30:00" in stderr, stderr
+    code, _, stderr = _invoke(["slurm", "render", str(space), "--site", str(site), "--time",
+                               "3-00:00:00"])
+    assert code == 2 and "standard-g's limit" in stderr, stderr

@@ -47,10 +47,17 @@ def _render(space: Path, overrides: list[str] | None, site: str | None, storage:
     from hpo.spec.site import site_argument
 
     spec, settings = _settings(space, overrides, site, sbatch.given())
+    _warn_billing(settings)
     return render_sbatch(spec.name, str(space), settings,
                          workdir=str(workdir or settings.workdir or Path.cwd()),
                          storage=storage, run_name=name,
                          site=site_argument(site) if site else None, overrides=overrides or [])
+
+
+def _warn_billing(settings: Any) -> None:
+    warning = settings.billing_warning()
+    if warning:
+        err.print(f"warning: {warning}", highlight=False)
 
 
 @dataclass(frozen=True)
@@ -171,6 +178,7 @@ def join(experiment: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdi
     point = join_point(exp_dir)  # refused here, before anything is submitted
     settings = merged_settings(SlurmSettings.model_validate(point.slurm), site, sbatch.given(),
                                str(exp_dir))
+    _warn_billing(settings)
     text = render_join(exp_dir, point.name, settings,
                        str(workdir or settings.workdir or Path.cwd()))
     if output is not None:

@@ -47,6 +47,23 @@ def time_seconds(value: str) -> int:
     return int(first) * 60 + int(second or 0)  # MM[:SS]
 
 
+class PartitionLimits(Strict):
+    """What a site's partition enforces (site profiles): checked at render, never asked for."""
+
+    max_time: str | None = None  # the partition's MaxTime: a longer job is refused
+    whole_nodes: bool = False  # every node is billed whole, whatever the job asks for
+
+    @model_validator(mode="after")
+    def _readable(self) -> PartitionLimits:
+        if self.max_time is not None:
+            try:
+                time_seconds(self.max_time)
+            except ValueError:
+                raise FieldProblem("max_time", f"not a Slurm time limit: {self.max_time!r}",
+                                   "write HH:MM:SS or D-HH:MM:SS, e.g. 2-00:00:00") from None
+        return self
+
+
 class SlurmSettings(Strict):
     """How `hpo slurm render/submit` asks for an allocation and starts Ray inside it."""
 
@@ -74,6 +91,8 @@ class SlurmSettings(Strict):
     gpu_option: Literal["gpus-per-node", "gres"] = "gpus-per-node"  # or --gres=gpu:N
     hostname_suffix: str = ""  # Ray's address: this host's name + suffix (JSC: i, InfiniBand)
     env: dict[str, str] = Field(default_factory=dict)  # exported in the job (merged by name)
+    # The site's partitions by name (merged by name): their time limits and billing.
+    partitions: dict[str, PartitionLimits] = Field(default_factory=dict)
 
     @property
     def cpus_per_task(self) -> int | None:
@@ -83,6 +102,21 @@ class SlurmSettings(Strict):
         if self.cpus_per_gpu is not None and self.gpus_per_node:
             return self.cpus_per_gpu * self.gpus_per_node
         return None
+
+    @property
+    def limits(self) -> PartitionLimits:
+        """The chosen partition's limits as the site knows them (none if unknown)."""
+        return self.partitions.get(self.partition or "", PartitionLimits())
+
+    def billing_warning(self) -> str | None:
+        """One line when the partition bills whole nodes and the job asks for less."""
+        if not self.limits.whole_nodes or self.node_gpus is None:
+            return None
+        if self.gpus_per_node >= self.node_gpus:
+            return None
+        return (f"partition {self.partition} bills whole nodes: {self.gpus_per_node} of "
+                f"{self.node_gpus} GPUs per node are asked for, {self.node_gpus} are paid for. "
+                f"Hint: --gpus-per-node {self.node_gpus}, or a partition that shares nodes")
 
     @model_validator(mode="after")
     def _consistent(self) -> SlurmSettings:
@@ -114,6 +148,11 @@ class SlurmSettings(Strict):
         except ValueError:
             raise FieldProblem("time", f"not a Slurm time limit: {self.time!r}",
                                "write HH:MM:SS or D-HH:MM:SS, e.g. 02:00:00") from None
+        allowed = self.limits.max_time
+        if allowed is not None and limit > time_seconds(allowed):
+            raise FieldProblem("time", f"{self.time} is over partition {self.partition}'s "
+                               f"limit of {allowed}", f"ask for at most {allowed}: with "
+                               "requeue on, the job goes on in a requeued run")
         if self.requeue and self.signal_seconds >= limit:
             raise FieldProblem("signal_seconds", f"must be shorter than time ({limit} s), got "
                                f"{self.signal_seconds}", "lower signal_seconds or raise time")
@@ -134,7 +173,8 @@ class SlurmSettings(Strict):
 def merged_settings(spec_slurm: SlurmSettings, site: str | Path | None,
                     options: dict[str, Any], source: str) -> SlurmSettings:
     """Built-in base < site file < the YAML's `slurm:` keys < command-line options (unset
-    ones skipped). `env` merges by variable name, so adding one keeps the site's others."""
+    ones skipped). `env` and `partitions` merge by name, so adding one keeps the site's
+    others."""
     data: dict[str, Any] = {}
     for layer_source, raw in site_layers(site) if site is not None else []:
         _merge(data, _validated(raw, layer_source).model_dump(exclude_unset=True))
@@ -146,7 +186,8 @@ def merged_settings(spec_slurm: SlurmSettings, site: str | Path | None,
 
 def _merge(data: dict[str, Any], layer: dict[str, Any]) -> None:
     for key, value in layer.items():
-        data[key] = {**data.get(key, {}), **value} if key == "env" else value
+        merged_by_name = key in ("env", "partitions")
+        data[key] = {**data.get(key, {}), **value} if merged_by_name else value
 
 
 def _validated(data: dict[str, Any], source: str, prefix: str = "",

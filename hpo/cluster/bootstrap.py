@@ -61,7 +61,8 @@ def make_job_dir(root: str, job_id: str, options: SlurmSettings) -> Path:
     write_json(job_dir / CONFIG_FILE, {"interface": options.interface,
                                        "dashboard": options.dashboard,
                                        "timeout": options.startup_timeout_s,
-                                       "hostname_suffix": options.hostname_suffix})
+                                       "hostname_suffix": options.hostname_suffix,
+                                       "gpu_cores": options.gpu_cores})
     return job_dir
 
 

@@ -143,7 +143,9 @@ def main(role: str, job_dir: Path) -> int:
     # Ray hands each worker its GPUs from this list; MIOpen's caches stay with this job.
     cache = Path(private_dir) / "miopen"
     cache.mkdir(exist_ok=True)
-    env = ray_node_env(env, NodeShare.from_env(env, socket.gethostname()).gpus, str(cache))
+    share = NodeShare.from_env(env, socket.gethostname())
+    env = ray_node_env(env, share.gpus, str(cache))
+    env.update(_gpu_cores_env(job_dir, env, share.name))
     # Its own session: signals Slurm sends to this step's task do not reach Ray directly.
     ray = subprocess.Popen(args, env=env, start_new_session=True)
     stopping: list[int] = []
@@ -164,6 +166,21 @@ def main(role: str, job_dir: Path) -> int:
         return ray.returncode
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)
+
+
+def _gpu_cores_env(job_dir: Path, env: dict[str, str], node: str) -> dict[str, str]:
+    """HPO_GPU_CORES for Ray's workers: the CPUs near each GPU (profile, else gres.conf)."""
+    from hpo.cluster.gpu_cores import GPU_CORES_VAR, node_gpu_cores, table_text
+
+    profile = json.loads((job_dir / CONFIG_FILE).read_text()).get("gpu_cores") or []
+    try:
+        table = table_text(node_gpu_cores(profile, env, node))
+    except (OSError, ValueError) as exc:  # an unreadable layout: trials run unpinned
+        print(f"hpo: GPU core layout unreadable ({exc}); trials are not pinned", flush=True)
+        return {}
+    if table:
+        print(f"hpo: CPUs near each GPU (GPU=CPUs): {table}", flush=True)
+    return {GPU_CORES_VAR: table} if table else {}
 
 
 def _asked_to_stop(role: str, job_dir: Path, job_id: str) -> bool:

@@ -25,6 +25,7 @@ from hpo.spec._validation import FieldProblem, Strict, config_error
 from hpo.spec.site import site_layers
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 _HOST_SUFFIX = re.compile(r"^[A-Za-z0-9-]*$")
 # Rendered as export NAME="VALUE": $VARS expand, nothing else may leave the quotes.
 _ENV_UNSAFE = ('"', "\\", "`", "\n")
@@ -91,6 +92,9 @@ class SlurmSettings(Strict):
     gpu_option: Literal["gpus-per-node", "gres"] = "gpus-per-node"  # or --gres=gpu:N
     hostname_suffix: str = ""  # Ray's address: this host's name + suffix (JSC: i, InfiniBand)
     env: dict[str, str] = Field(default_factory=dict)  # exported in the job (merged by name)
+    # The CPUs near each GPU, GPU 0's first, as OS CPU lists ("49-55"); unset: gres.conf's
+    # Cores= for the node, if any. Trials and ranks run on the CPUs near their GPU.
+    gpu_cores: list[str] = Field(default_factory=list)
     # The site's partitions by name (merged by name): their time limits and billing.
     partitions: dict[str, PartitionLimits] = Field(default_factory=dict)
 
@@ -130,7 +134,17 @@ class SlurmSettings(Strict):
             raise FieldProblem("hostname_suffix", f"not a hostname suffix: "
                                f"{self.hostname_suffix!r}", "letters, digits and - only, e.g. i")
         self._check_env()
+        self._check_gpu_cores()
         return self
+
+    def _check_gpu_cores(self) -> None:
+        for i, cpus in enumerate(self.gpu_cores):
+            if not _CPU_LIST.match(cpus):
+                raise FieldProblem(f"gpu_cores.{i}", f"not a CPU list: {cpus!r}",
+                                   "write CPU ids and ranges, e.g. 49-55 or 0-5,48-53")
+        if self.node_gpus is not None and len(self.gpu_cores) > self.node_gpus:
+            raise FieldProblem("gpu_cores", f"names {len(self.gpu_cores)} GPUs but node_gpus "
+                               f"is {self.node_gpus}", "one CPU list per GPU of a node")
 
     def _check_env(self) -> None:
         for name, value in self.env.items():

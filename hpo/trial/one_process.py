@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.trial import cost, session
+from hpo.trial import cost, placement, session
 from hpo.trial.session import Trainable, tune_storage
 
 
@@ -31,6 +31,7 @@ def with_session(func: Trainable, checkpoint_every: int, cpus: float = 1) -> Tra
     def run_trial(config: dict[str, Any]) -> Any:
         _keep_earlier_output()
         _use_cpus(cpus)
+        placement.pin_near(placement.visible_gpus(), int(cpus))
         try:
             with cost.metered(), session.trial_session(checkpoint_every):
                 return func(config)

@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 
 import ray
 
-from hpo.trial import dist, session
+from hpo.trial import dist, placement, session
 from hpo.trial.ranks import fresh
 from hpo.trial.ranks.channel import Files, pack_folder, unpack_folder
 
@@ -72,6 +72,7 @@ def run_rank(func: Any, config: dict[str, Any], backend: dist.Backend, channel: 
     import torch
 
     torch.set_num_threads(threads)  # one rank per bundle: use its CPUs, not the node's
+    placement.pin_near(_own_gpus(backend), threads)
     # The rank is in the environment before init (Horovod's RayExecutor, or DdpGroup), so
     # the backend's own start-up lines reach the log too.
     rank = os.environ["HOROVOD_RANK" if backend == "horovod" else "RANK"]
@@ -80,6 +81,16 @@ def run_rank(func: Any, config: dict[str, Any], backend: dist.Backend, channel: 
         stopped = _run_trainable(func, config, backend, channel, checkpoint, checkpoint_every)
     return RankEnd(os.getpid(), stopped, dist.backend() == "none", fresh.held_cuda_bytes(),
                    fresh.idle_cuda_bytes() + dist.ddp_bucket_bytes())
+
+
+def _own_gpus(backend: dist.Backend) -> list[str]:
+    """This rank's GPU: Ray gives each rank one; Horovod widens the list to its ranks on the
+    node, in local-rank order."""
+    gpus = placement.visible_gpus()
+    local = os.environ.get("HOROVOD_LOCAL_RANK", "")
+    if backend == "horovod" and len(gpus) > 1 and local.isdigit() and int(local) < len(gpus):
+        return [gpus[int(local)]]
+    return gpus
 
 
 def _run_trainable(func: Any, config: dict[str, Any], backend: dist.Backend, channel: Any,

@@ -47,3 +47,17 @@ def crashes(config: dict[str, Any]) -> None:
     hpo.report({"score": 1.0})
     print("about to fail")
     raise RuntimeError("boom in the trainable")
+
+
+def placed(config: dict[str, Any]) -> None:
+    """Reports where it runs: the CPUs it may use (its affinity mask), its GPUs (Ray's
+    CUDA_VISIBLE_DEVICES) and the Python running it; `sleep` s per step."""
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    for step in range(1, config["steps"] + 1):
+        time.sleep(config["sleep"])
+        hpo.report({"score": config["x"] * step, "cpus": len(cpus),
+                    "cpu_list": ",".join(map(str, cpus)),
+                    "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                    "python": sys.executable})

@@ -229,18 +229,22 @@ def run_job(space: Path, site: str | None = Site, storage: str | None = Storage,
 @guarded
 def check(interface: str | None = typer.Option(None, help="Network interface for Ray."),
           timeout: float = typer.Option(180.0, min=1,
-                                        help="Seconds to wait for all nodes.")) -> None:
+                                        help="Seconds to wait for all nodes."),
+          site: str | None = Site) -> None:
     """Inside an allocation: start Ray on all nodes, report when all joined, stop it."""
     import time as clock
 
     from hpo.cluster.bootstrap import ray_cluster
     from hpo.cluster.slurm_env import Allocation
-    from hpo.spec.slurm import SlurmSettings
+    from hpo.spec.slurm import SlurmSettings, merged_settings
 
     started = clock.monotonic()
     alloc = Allocation.from_env(os.environ)
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"hpo-check-{alloc.job_id}"
-    settings = SlurmSettings(interface=interface, startup_timeout_s=timeout)
+    # the site's network (interface or hostname suffix) and GPU layout, as a job would use
+    settings = merged_settings(SlurmSettings(), site, {"interface": interface,
+                                                       "startup_timeout_s": timeout},
+                               "hpo slurm check")
     with ray_cluster(alloc, settings, logs) as c:
         out.print(f"ready: {len(alloc.nodes)} node(s) after "
                   f"{clock.monotonic() - started:.2f} s; head {c.address}; "

@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import with_golden_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -63,13 +64,13 @@ def test_installed_package_renders_the_golden_sbatch(installed: Path, tmp_path: 
                    "tests/golden/slurm-space.yaml", "--workdir", "/p/project/hpo",
                    "--storage", "/p/scratch/hpo/results")
     assert done.returncode == 0, done.stderr
-    assert done.stdout == (GOLDEN / "slurm-job.sbatch").read_text()
+    assert with_golden_venv(done.stdout) == (GOLDEN / "slurm-job.sbatch").read_text()
     for site in SITES:
         done = _python(installed, tmp_path, "-m", "hpo", "slurm", "render",
                        "tests/golden/site-space.yaml", "--site", site, "--workdir",
                        "/p/project/hpo", "--storage", "/p/scratch/hpo/results")
         assert done.returncode == 0, done.stderr
-        assert done.stdout == (GOLDEN / f"site-{site}.sbatch").read_text(), site
+        assert with_golden_venv(done.stdout) == (GOLDEN / f"site-{site}.sbatch").read_text(), site
 
 
 @pytest.mark.ray

@@ -61,3 +61,12 @@ def placed(config: dict[str, Any]) -> None:
                     "cpu_list": ",".join(map(str, cpus)),
                     "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
                     "python": sys.executable})
+
+
+def timed(config: dict[str, Any]) -> None:
+    """Reports when it started and, at each step, the time now: trials that ran at once
+    overlap in these intervals."""
+    started = time.time()
+    for step in range(1, config["steps"] + 1):
+        time.sleep(config["sleep"])
+        hpo.report({"score": config["x"] * step, "started": started, "now": time.time()})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,3 +112,24 @@ def test_a_trial_gets_the_torch_threads_of_its_cpus(tmp_path: Path,
             "storage": str(tmp_path)}
     result = hpo.run(spec, num_cpus=2)
     assert list(result.dataframe["last_threads"]) == [2, 2]
+
+
+@pytest.mark.parametrize(("search", "space"), [
+    ({"type": "random", "seed": 0}, {"x": {"uniform": [0.0, 1.0]}}),
+    ({"type": "grid"}, {"x": {"grid": [0.1, 0.2, 0.3, 0.4]}}),
+    ({"type": "optuna", "seed": 0}, {"x": {"uniform": [0.0, 1.0]}})],
+    ids=["random", "grid", "optuna"])
+def test_max_concurrent_holds_with_every_searcher(tmp_path: Path, search: dict[str, object],
+                                                  space: dict[str, object]) -> None:
+    spec = {
+        "name": "one-at-a-time", "trainable": "tests/study_trainables.py:timed",
+        "metric": "score", "mode": "max", "num_samples": 1 if search["type"] == "grid" else 4,
+        "max_concurrent": 1, "search": search, "search_space": space,
+        # 2 s a trial: longer than a worker's start, so two trials let run would overlap
+        "constants": {"steps": 4, "sleep": 0.5}, "storage": str(tmp_path),
+    }
+    frame = hpo.run(spec, num_cpus=2).dataframe
+    assert len(frame) == 4
+    spans = sorted(zip(frame["started"], frame["now"], strict=True))  # first start, last report
+    # one at a time: each trial started after the one before it had reported its last step
+    assert all(later[0] > earlier[1] for earlier, later in itertools.pairwise(spans)), spans

@@ -103,6 +103,7 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
     `extra_callbacks`: the Optuna mirror's and the user's own Tune callbacks; `evaluated`:
     see `searcher`."""
     from ray import tune
+    from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from hpo.driver.guards.stops import HeldStop
     from hpo.driver.plugins.progress import LiveProgress
@@ -117,6 +118,10 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
     limit = spec.max_concurrent
     if hasattr(chosen, "gated"):  # rasda: no new trial while a growth waits (it applies limit)
         search, limit = chosen.gated(search, limit), None
+    elif limit and isinstance(search, BasicVariantGenerator):  # random and grid search
+        # Tune applies max_concurrent_trials to a Searcher only; it drops it (with a warning)
+        # for the generator of random and grid search, which takes the limit itself.
+        search.max_concurrent, limit = limit, None
     tune_config = tune.TuneConfig(
         metric=spec.metric if single else None, mode=spec.mode if single else None,
         num_samples=spec.num_samples, max_concurrent_trials=limit, reuse_actors=reuse,

@@ -78,6 +78,17 @@ def test_cli_resume_refuses_a_python_trainable_and_python_resume_takes_it(
     assert hpo.resume(path, trainable=train, num_cpus=CPUS).best_config == {"x": 2}
 
 
+def _fails(config: dict[str, Any]) -> None:
+    raise RuntimeError(f"boom {config['x']}")
+
+
+def test_a_failed_python_run_hints_at_python_resume(tmp_path: Path) -> None:
+    # `hpo resume DIR` would refuse a Python trainable: the hint is the Python call
+    with pytest.raises(hpo.RunError, match=r"hpo\.resume\('.*fails', trainable=\.\.\.\)` "
+                                           r"retries them"):
+        hpo.run(_spec(tmp_path, "fails"), trainable=_fails, num_cpus=CPUS)
+
+
 def test_a_wrong_trainable_is_one_config_error(tmp_path: Path) -> None:
     class NotATrainable:
         pass

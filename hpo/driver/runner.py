@@ -38,6 +38,7 @@ class RunResult:
     path: Path
     dataframe: pd.DataFrame
     best_config: dict[str, Any] = field(default_factory=dict)
+    resume_hint: str = ""  # how to resume it: the CLI's command, or hpo.resume from Python
 
     @property
     def errors(self) -> int:
@@ -54,7 +55,7 @@ class RunResult:
         names = ", ".join(failed["trial_id"].astype(str).head(5))
         more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
         return (f"{self.errors} trial(s) failed after their retries ({names}{more}).{cause} "
-                f"Hint: see error.txt in the trial folders; `hpo resume {self.path}` retries them")
+                f"Hint: see error.txt in the trial folders; {self.resume_hint} retries them")
 
 
 def _as_spec(spec: Spec | dict[str, Any] | str | Path, source: str,
@@ -236,23 +237,33 @@ def _fit(tuner: Any, spec: Spec) -> None:
                        "or fix `metric:` in the YAML") from exc
 
 
+def resume_hint(exp_dir: Path, spec: Spec) -> str:
+    """`hpo resume DIR`, or from Python where the trainable is a Python object (which the
+    CLI cannot import): `hpo.resume(DIR, trainable=...)`."""
+    if isinstance(spec.trainable, str) and not spec.trainable.startswith(PYTHON_TRAINABLE):
+        return f"`hpo resume {exp_dir}`"
+    return f"`hpo.resume('{exp_dir}', trainable=...)`"
+
+
 def _outcome(exp_dir: Path, spec: Spec) -> RunResult:
     frame = load_results(exp_dir)
     # A stop (Ctrl+C, SIGTERM, USR1; hpo.driver.guards.stops): Tune saved its state and returned.
     # (synchronous HyperBand leaves the trials it cut PAUSED; rasda, those held for want of
     # walltime, to be resumed by the requeued job)
-    waiting = ["PENDING", "RUNNING", *(["PAUSED"] if spec.scheduler.type != "hyperband" else [])]
-    open_trials = int(frame["status"].isin(waiting).sum()) if len(frame) else 0
+    started = ["RUNNING", *(["PAUSED"] if spec.scheduler.type != "hyperband" else [])]
+    statuses = list(frame["status"]) if len(frame) else []
     not_started = 0 if spec.time_budget_s else max(trial_count(spec) - len(frame), 0)
-    unfinished = not_started + open_trials
-    if unfinished:
+    had_started = sum(status in started for status in statuses)
+    waiting = statuses.count("PENDING") + not_started
+    if had_started + waiting:
         from hpo.driver.guards.stops import stopped_by  # imports ray.tune: after Ray started
+        from hpo.driver.plugins.progress import unfinished_line
 
         by = f" by {stopped_by()}" if stopped_by() else ""
-        raise RunError(f"the run stopped{by} with {unfinished} trial(s) unfinished. Hint: "
-                       f"`hpo resume {exp_dir}` continues it")
+        raise RunError(f"the run stopped{by} with {unfinished_line(had_started, waiting)}. "
+                       f"Hint: {resume_hint(exp_dir, spec)} continues it")
     metric = frame.attrs.get("metric", "")
-    result = RunResult(exp_dir, frame)
+    result = RunResult(exp_dir, frame, resume_hint=resume_hint(exp_dir, spec))
     if frame.empty or frame[f"best_{metric}"].isna().all():
         if result.errors:  # the cause is more use than "no metric"
             raise RunError(result.errors_summary())

@@ -22,6 +22,13 @@ from hpo.driver.guards.stops import stopped_by
 _SHOWN_RUNNING = 8
 
 
+def unfinished_line(started: int, waiting: int) -> str:
+    """The one count of a stop's unfinished trials (the live view's last frame and the run's
+    error line): those that had started and those that had not."""
+    return (f"{started + waiting} trial(s) unfinished ({started} had started, {waiting} had "
+            "not)")
+
+
 class LiveProgress(TrialProgressCallback):
     """Replaces Tune's own per-trial printer (Tune adds that one unless a subclass is given)."""
 
@@ -99,9 +106,9 @@ class LiveProgress(TrialProgressCallback):
             f"{s.lower()} {n}" for s, n in sorted(states.items())) + f"  elapsed {elapsed:.0f}s")
         best = self._headline()
         if stopped:
-            unfinished = sum(n for s, n in states.items() if s not in ("TERMINATED", "ERROR"))
-            best += (f"\nstopped by {stopped}: {unfinished} trial(s) unfinished, "
-                     "`hpo resume` continues them")
+            started = states["RUNNING"] + states["PAUSED"]
+            waiting = states["PENDING"] + max(self.total - len(trials), 0)
+            best += f"\nstopped by {stopped}: {unfinished_line(started, waiting)}"
         running = [t for t in trials if t.status == "RUNNING"][:_SHOWN_RUNNING]
         if not running:
             return Group(head, Text(best, style="bold"))

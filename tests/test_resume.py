@@ -165,3 +165,28 @@ def test_a_saved_data_parallel_spec_loads_again_for_resume() -> None:
                            "distributed": {"backend": "ddp", "workers": 2}})
     again = spec_from_dict(_portable(spec), source="hpo-spec.yaml")
     assert again.distributed == spec.distributed and "resources" not in _portable(spec)
+
+
+@pytest.mark.slow
+def test_resuming_a_finished_study_says_so_without_ray(tmp_path: Path) -> None:
+    space = tmp_path / "done.yaml"
+    space.write_text(f"""\
+name: done
+trainable: tests/study_trainables.py:steady
+metric: score
+mode: max
+num_samples: 2
+search_space: {{x: {{uniform: [0.0, 1.0]}}}}
+constants: {{steps: 2, sleep: 0.0}}
+storage: {tmp_path}
+""")
+    ran = hpo_cli("run", str(space))
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    exp_dir = tmp_path / "done"
+    log_before = (exp_dir / "hpo.log").read_bytes()
+    again = hpo_cli("resume", str(exp_dir))
+    assert again.returncode == 0 and again.stdout == "", again.stderr
+    line = again.stderr.strip()
+    assert "\n" not in line and line.startswith(f"hpo: {exp_dir} has finished"), line
+    assert "best: none yet" not in again.stderr
+    assert (exp_dir / "hpo.log").read_bytes() == log_before  # no Ray: nothing more logged

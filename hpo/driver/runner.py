@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ class RunResult:
     dataframe: pd.DataFrame
     best_config: dict[str, Any] = field(default_factory=dict)
     resume_hint: str = ""  # how to resume it: the CLI's command, or hpo.resume from Python
+    finished_already: bool = False  # resume found every trial finished: nothing ran
 
     @property
     def errors(self) -> int:
@@ -178,6 +180,8 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
     source = str(exp_dir / SPEC_FILE)
     spec = _saved_spec(exp_dir, source, trainable)
     preflight.before_ray(spec, source)
+    if _finished(exp_dir, spec):  # nothing to continue: no Ray, the results as they are
+        return dataclasses.replace(_outcome(exp_dir, spec), finished_already=True)
     guard = _walltime(spec, source, time_limit_s)
     with (storage_guard(exp_dir), experiment_lease(exp_dir, "resume"),
           _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster, parameters,
@@ -189,6 +193,14 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
                                    resume_unfinished=True, resume_errored=True)
         _fit(tuner, spec)
     return _outcome(exp_dir, spec)
+
+
+def _finished(exp_dir: Path, spec: Spec) -> bool:
+    """Every trial the spec asks for ran to its end (none errored, paused or waiting)."""
+    frame = load_results(exp_dir)
+    statuses = set(frame["status"]) if len(frame) else set()
+    enough = spec.time_budget_s is not None or len(frame) >= trial_count(spec)
+    return statuses == {"TERMINATED"} and enough
 
 
 def _walltime(spec: Spec, source: str, time_limit_s: float | None) -> WalltimeGuard | None:

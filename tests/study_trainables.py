@@ -70,3 +70,9 @@ def timed(config: dict[str, Any]) -> None:
     for step in range(1, config["steps"] + 1):
         time.sleep(config["sleep"])
         hpo.report({"score": config["x"] * step, "started": started, "now": time.time()})
+
+
+def misnamed_metric(config: dict[str, Any]) -> None:
+    """Reports `scor` (a typo of the experiment's metric `score`) and `loss`."""
+    for step in range(3):
+        hpo.report({"scor": step, "loss": 1.0 / (step + 1)})

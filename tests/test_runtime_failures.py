@@ -29,8 +29,19 @@ def test_metric_never_reported(tmp_path: Path) -> None:
     code, _, stderr = _run(tmp_path, "wrong_metric")
     assert code == 1
     assert "Traceback" not in stderr
-    assert _last_line(stderr).startswith("error: a trial reported results without the "
-                                         "metric 'score'. Hint:")
+    assert _last_line(stderr).startswith("error: a trial reported 'not_the_metric' but not "
+                                         "the metric 'score'. Hint: fix `metric:`")
+
+
+def test_a_misnamed_metric_gets_a_did_you_mean(tmp_path: Path) -> None:
+    code, _, stderr = _run(tmp_path, "misnamed_metric")
+    line = _last_line(stderr)
+    assert code == 1 and "Traceback" not in stderr
+    assert line.startswith("error: a trial reported 'scor', 'loss' but not the metric 'score'. "
+                           "Hint: did you mean 'scor'?"), line
+    # Tune's strict check stops the run at the first result without it: one report each
+    frame = load_results(tmp_path / "results" / "misnamed_metric")
+    assert (frame["iterations"].fillna(0) <= 1).all(), frame[["trial_id", "iterations"]]
 
 
 def test_nothing_reported(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -240,13 +242,29 @@ def _fit(tuner: Any, spec: Spec) -> None:
     except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
         if "did not include the specified metric" not in str(exc):
             raise
-        names = [metric for metric, _ in spec.objectives]
-        said = str(exc).split("Result:")[0]  # Tune names them before the result it got
-        missing = [n for n in names if f"`{n}`" in said or f"'{n}'" in said] or names
-        example = ", ".join(f"'{name}': ..." for name in missing)
-        raise RunError(f"a trial reported results without the metric '{missing[0]}'. Hint: "
-                       f"include it in every report, e.g. hpo.report({{{example}}}), "
-                       "or fix `metric:` in the YAML") from exc
+        raise RunError(_missing_metric(str(exc), spec)) from exc
+
+
+def _missing_metric(tune_said: str, spec: Spec) -> str:
+    """One line for Tune's strict metric check (it stops the run at the first result without
+    the metric): which metric, what the trial did report, and the closest of those."""
+    from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS
+
+    names = [metric for metric, _ in spec.objectives]
+    said, _, result = tune_said.partition("Result:")  # the metric, then the result it got
+    missing = [n for n in names if f"`{n}`" in said or f"'{n}'" in said] or names
+    hpo_added = {"cpu_hours", "gpu_hours", "energy_j", "done"}  # hpo.trial.cost, Tune
+    found = dict.fromkeys(re.findall(r"'([^'/]+)':", result))  # flat keys, in their order
+    reported = [k for k in found if k not in {*AUTO_RESULT_KEYS, *DEBUG_METRICS, *hpo_added}]
+    example = ", ".join(f"'{name}': ..." for name in missing)
+    if not reported:
+        return (f"a trial reported results without the metric '{missing[0]}'. Hint: include "
+                f"it in every report, e.g. hpo.report({{{example}}})")
+    close = difflib.get_close_matches(missing[0], reported, n=1, cutoff=0.6)
+    guess = f"did you mean '{close[0]}'? " if close else ""
+    return (f"a trial reported {', '.join(map(repr, reported))} but not the metric "
+            f"'{missing[0]}'. Hint: {guess}fix `metric:` in the YAML, or report it: "
+            f"hpo.report({{{example}}})")
 
 
 def resume_hint(exp_dir: Path, spec: Spec) -> str:

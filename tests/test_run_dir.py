@@ -67,3 +67,26 @@ def test_private_run_dir_is_locked_private_and_removed(tmp_path: Path) -> None:
             except BlockingIOError:
                 pass
     assert not run_dir.exists()
+
+
+def test_hpo_log_says_rays_advice_in_hpos_words() -> None:
+    import logging
+
+    from hpo.driver.ray_session import InHposWords
+
+    words = InHposWords()
+
+    def said(message: str) -> str | None:
+        record = logging.LogRecord("ray.tune", logging.WARNING, __file__, 1, message, (), None)
+        return record.getMessage() if words.filter(record) else None
+
+    snapshot = ("Experiment state snapshotting has been triggered multiple times in the last "
+                "5.0 seconds and may become a bottleneck. ... TUNE_WARN_EXCESSIVE_EXPERIMENT_"
+                "CHECKPOINT_SYNC_THRESHOLD_S ...")
+    assert said(snapshot) == InHposWords.SNAPSHOTS and "Tune saves it" in InHposWords.SNAPSHOTS
+    assert said(snapshot) is None  # once a run
+    interrupted = ("Experiment has been interrupted, but the most recent state was saved.\n"
+                   'Resume experiment with: Tuner.restore(path="/r/x", trainable=...)')
+    assert said(interrupted) == ("Experiment has been interrupted, but the most recent state "
+                                 "was saved.")
+    assert said("Trial t1 completed.") == "Trial t1 completed."

@@ -64,9 +64,36 @@ class _RunLog(logging.FileHandler):
                 raise
 
 
+class InHposWords(logging.Filter):
+    """Ray's lines that send the user to Ray's own API or knobs, in hpo's words: Tune's
+    "snapshotting has been triggered multiple times" warning once (it repeats in every
+    checkpointing run), its `Tuner.restore(...)` hint not at all (the run's last line says
+    how to resume)."""
+
+    SNAPSHOTS = ("the experiment state is saved often: Tune saves it after every "
+                 "checkpoint.keep checkpoints of any trial (a larger checkpoint.keep, or a "
+                 "larger checkpoint.frequency, saves it less often)")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._snapshots_said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if "snapshotting has been triggered multiple times" in text:
+            if self._snapshots_said:
+                return False
+            self._snapshots_said = True
+            record.msg, record.args = self.SNAPSHOTS, ()
+        elif "Resume experiment with:" in text:
+            record.msg, record.args = text.split("\nResume experiment with:")[0], ()
+        return True
+
+
 def _log_ray_to(log_file: Path) -> logging.Handler:
     """Send the driver's Ray log records to the run's log file instead of the terminal."""
     handler = _RunLog(log_file)
+    handler.addFilter(InHposWords())
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     if logging.getLogger("hpo.rasda").level == logging.NOTSET:
         logging.getLogger("hpo.rasda").setLevel(logging.INFO)

@@ -88,29 +88,45 @@ def run(space: Path, storage: str | None = typer.Option(None, help="Results root
         cpus: int | None = typer.Option(None, help="CPUs of the embedded Ray."),
         time_limit: float | None = TimeLimit) -> None:
     """Run the experiment in SPACE.yaml; its folder is <storage>/<name>."""
-    import hpo
+    from hpo.driver.guards.start_stop import start_stops
 
-    spec = hpo.load_spec(space, overrides)
-    # one process, one run: Ray ends with it
-    finish(hpo.run(spec, storage=storage, name=name, num_cpus=cpus, source=str(space),
-                   time_limit_s=time_limit, keep_ray=False))
+    with start_stops():  # a stop while hpo imports and starts: one line, nothing left
+        import hpo
+
+        spec = hpo.load_spec(space, overrides)
+        # one process, one run: Ray ends with it
+        result = hpo.run(spec, storage=storage, name=name, num_cpus=cpus, source=str(space),
+                         time_limit_s=time_limit, keep_ray=False)
+    finish(result)
 
 
 @app.command()
 @guarded
-def resume(experiment_dir: Path, cpus: int | None = typer.Option(None),
+def resume(experiment_dir: Path,
+           cpus: int | None = typer.Option(None, help="CPUs of the embedded Ray."),
            time_limit: float | None = TimeLimit) -> None:
     """Continue an interrupted experiment from its folder."""
-    import hpo
+    from hpo.driver.guards.start_stop import start_stops
 
-    finish(hpo.resume(experiment_dir, num_cpus=cpus, time_limit_s=time_limit, keep_ray=False))
+    with start_stops():  # a stop while hpo imports and starts: one line
+        import hpo
+
+        result = hpo.resume(experiment_dir, num_cpus=cpus, time_limit_s=time_limit,
+                            keep_ray=False)
+    if result.finished_already:
+        err.print(f"hpo: {result.path} has finished: all {len(result.dataframe)} trial(s) ran "
+                  f"to their end, nothing to resume. Hint: `hpo best {result.path}`",
+                  highlight=False, soft_wrap=True)
+        return
+    finish(result)
 
 
 @app.command()
 @guarded
 def results(experiment_dir: Path,
             fmt: str = typer.Option("table", "--format", help="table, csv, parquet or json"),
-            output: Path | None = typer.Option(None, "-o", "--output"),
+            output: Path | None = typer.Option(None, "-o", "--output",
+                                               help="Write to this file, not to stdout."),
             curves: bool = typer.Option(False, "--curves", metavar=FLAG,
                                         help="Every report instead: one row per trial and "
                                         "training_iteration.")) -> None:
@@ -130,13 +146,19 @@ def results(experiment_dir: Path,
 
 @app.command()
 @guarded
-def best(experiment_dir: Path) -> None:
+def best(experiment_dir: Path,
+         checkpoint: bool = typer.Option(False, "--checkpoint", metavar=FLAG,
+                                         help="Print the best trial's best checkpoint folder "
+                                         "instead (checkpoint.keep_best: true).")) -> None:
     """Print the best trial's config as YAML; with several objectives, the Pareto front: each
-    trial on it with its objectives' values and config."""
-    from hpo.results import best_config, load_results
+    trial on it with its objectives' values and config. --checkpoint: the folder of that
+    trial's best checkpoint (the front's best on the first objective)."""
+    from hpo.results import best_checkpoint, best_config, load_results
 
     frame = load_results(experiment_dir)
-    if len(frame.attrs.get("objectives", [])) > 1:
+    if checkpoint:
+        sys.stdout.write(f"{best_checkpoint(experiment_dir, frame)}\n")
+    elif len(frame.attrs.get("objectives", [])) > 1:
         sys.stdout.write(front_yaml(frame))
     else:
         sys.stdout.write(yaml.safe_dump(best_config(frame), sort_keys=False))

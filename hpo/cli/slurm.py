@@ -79,12 +79,15 @@ class SbatchOptions:
 
 _SBATCH_OPTIONS: dict[str, tuple[Any, Any]] = {  # name: (type, typer option)
     "nodes": (int | None, typer.Option(None, "--nodes", "-N", help="Nodes (one Ray node each).")),
-    "gpus_per_node": (int | None, typer.Option(None, "--gpus-per-node")),
-    "cpus_per_node": (int | None, typer.Option(None, "--cpus-per-node")),
+    "gpus_per_node": (int | None, typer.Option(None, "--gpus-per-node",
+                                               help="GPUs per node.")),
+    "cpus_per_node": (int | None, typer.Option(None, "--cpus-per-node",
+                                               help="CPUs per node (the node's one task).")),
     "time": (str | None, typer.Option(None, "--time", "-t",
                                       help="Time limit, HH:MM:SS or D-HH:MM:SS.")),
-    "partition": (str | None, typer.Option(None, "--partition", "-p")),
-    "account": (str | None, typer.Option(None, "--account", "-A")),
+    "partition": (str | None, typer.Option(None, "--partition", "-p", help="Slurm partition.")),
+    "account": (str | None, typer.Option(None, "--account", "-A",
+                                         help="Slurm account to charge.")),
     "requeue": (bool | None, typer.Option(
         None, "--requeue/--no-requeue", metavar="",  # a flag: no `<bool>` in --help
         help="On the walltime warning: stop, requeue, resume (default on).")),
@@ -119,7 +122,8 @@ _Workdir = typer.Option(None, "--workdir", help="Folder the job runs in (default
 @guarded
 @with_sbatch_options
 def render(space: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdir,
-           output: Path | None = typer.Option(None, "-o", "--output"),
+           output: Path | None = typer.Option(None, "-o", "--output",
+                                              help="Write the script here, not to stdout."),
            site: str | None = Site, storage: str | None = Storage, name: str | None = Name,
            overrides: list[str] | None = SetOption) -> None:
     """Print (or write with -o) the sbatch script for SPACE.yaml."""

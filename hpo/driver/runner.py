@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import difflib
 import re
+import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,6 +18,13 @@ import yaml
 from hpo.cluster.auth import RayCluster
 from hpo.driver import preflight, translate
 from hpo.driver.guards.lease import experiment_lease
+from hpo.driver.guards.start_stop import (
+    StoppedAtStart,
+    ray_starts,
+    rearm,
+    start_stops,
+    tune_takes_over,
+)
 from hpo.driver.guards.storage_faults import check_resumable, storage_guard
 from hpo.driver.guards.walltime import WalltimeGuard, active
 from hpo.driver.ray_session import connected_ray, embedded_ray
@@ -82,9 +90,11 @@ def _ray_for(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None,
              cluster: RayCluster | None = None, keep_ray: bool = False) -> Iterator[None]:
     session = (connected_ray(cluster, exp_dir / LOG_FILE) if cluster
                else embedded_ray(exp_dir / LOG_FILE, num_cpus=num_cpus, keep=keep_ray))
+    ray_starts()  # a stop now waits until Ray is up: it must not land inside Ray's start
     with session as resources:
         import ray
 
+        rearm()  # ray.init put its own SIGTERM handler in place
         preflight.on_cluster(spec, source, resources,
                              [n["Resources"] for n in ray.nodes() if n["Alive"]])
         yield
@@ -124,19 +134,29 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
     preflight.before_ray(spec, source)
     guard = _walltime(spec, source, time_limit_s)
     exp_dir = Path(storage or spec.storage).expanduser().resolve() / (name or spec.name)
-    # The lease before the check: two runs started at once raced into one folder.
-    with storage_guard(exp_dir), experiment_lease(exp_dir):
-        if (exp_dir / SPEC_FILE).exists():
-            raise ExperimentError(f"{exp_dir}: an experiment already exists here. Hint: "
-                                  f"`hpo resume {exp_dir}` continues it; --name starts another")
-        mirror = _optuna_mirror(spec, source, exp_dir.name)  # a bad optuna_storage fails here
-        with _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster, parameters,
-                                keep_ray) as tune_trainable:
-            evaluated = _warm_start(spec)  # a bad folder fails before the spec is written
-            (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec), sort_keys=False))
-            with active(guard):  # the scheduler finds it with walltime.current()
-                _fit(translate.tuner(spec, tune_trainable, exp_dir,
-                                     [*mirror, *(callbacks or [])], evaluated), spec)
+    made_here = not exp_dir.exists()
+    try:
+        # The lease before the check: two runs started at once raced into one folder.
+        with start_stops(), storage_guard(exp_dir), experiment_lease(exp_dir):
+            if (exp_dir / SPEC_FILE).exists():
+                raise ExperimentError(f"{exp_dir}: an experiment already exists here. Hint: "
+                                      f"`hpo resume {exp_dir}` continues it; --name starts "
+                                      "another")
+            mirror = _optuna_mirror(spec, source, exp_dir.name)  # a bad optuna_storage fails
+            with _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster, parameters,
+                                    keep_ray) as tune_trainable:
+                evaluated = _warm_start(spec)  # a bad folder fails before the spec is written
+                (exp_dir / SPEC_FILE).write_text(yaml.safe_dump(_portable(spec),
+                                                                sort_keys=False))
+                with active(guard):  # the scheduler finds it with walltime.current()
+                    tuner = translate.tuner(spec, tune_trainable, exp_dir,
+                                            [*mirror, *(callbacks or [])], evaluated)
+                    tune_takes_over()
+                    _fit(tuner, spec)
+    except StoppedAtStart:
+        if made_here:  # nothing ran: leave no folder behind that `hpo run` would refuse
+            shutil.rmtree(exp_dir, ignore_errors=True)
+        raise
     return _outcome(exp_dir, spec)
 
 
@@ -185,7 +205,7 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
     if _finished(exp_dir, spec):  # nothing to continue: no Ray, the results as they are
         return dataclasses.replace(_outcome(exp_dir, spec), finished_already=True)
     guard = _walltime(spec, source, time_limit_s)
-    with (storage_guard(exp_dir), experiment_lease(exp_dir, "resume"),
+    with (start_stops(), storage_guard(exp_dir), experiment_lease(exp_dir, "resume"),
           _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster, parameters,
                              keep_ray) as tune_trainable, active(guard)):
         check_resumable(exp_dir)  # under the lease; Tune would start a damaged one afresh
@@ -193,6 +213,7 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
 
         tuner = tune.Tuner.restore(str(exp_dir), trainable=tune_trainable,
                                    resume_unfinished=True, resume_errored=True)
+        tune_takes_over()
         _fit(tuner, spec)
     return _outcome(exp_dir, spec)
 

@@ -1,0 +1,121 @@
+"""A stop (Ctrl+C, SIGTERM) while a run starts, before Tune's loop takes the signals over:
+the run ends at once with one line, and a folder this run made is removed, so nothing is left
+behind and the same command starts it again.
+
+Python leaves SIGINT ignored when it starts with SIGINT ignored (a command started with `&`
+from a script); `ray.init` replaces SIGTERM's handler with its own `sys.exit`. So the
+handlers are put in place at the start and again after Ray starts, and taken back just
+before Tune's loop, which installs its own (hpo.driver.guards.stops.HeldStop).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from hpo.errors import RunError
+
+_SIGNALS = {signal.SIGINT: "SIGINT (Ctrl+C)", signal.SIGTERM: "SIGTERM"}
+
+
+class StoppedAtStart(RunError):
+    """A stop signal arrived before any trial started."""
+
+
+class _Interrupted(BaseException):  # noqa: N818 - raised by a signal, like KeyboardInterrupt
+    """Raised in the main thread by the signal: a BaseException, so that no `except
+    Exception` on the way (Ray's start catches and logs some) swallows it."""
+
+
+class _StartStops:
+    """The handlers of one start-up: the first signal raises StoppedAtStart in the main
+    thread, and again at the next check should the code it interrupted swallow it; later
+    signals are ignored while the start-up unwinds (Ray stops, the lease goes)."""
+
+    def __init__(self) -> None:
+        self.before: dict[int, Any] = {}
+        self.fired_by: str | None = None
+        # Raised where it lands only while hpo imports and checks (Python code): landing
+        # inside Ray's start (its C++ core, its threads) crashed the process (SIGSEGV,
+        # SIGABRT). From then on the stop waits for the next check().
+        self.interrupting = True
+
+    def arm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals reach the main thread only
+        for signum in _SIGNALS:
+            handler = signal.getsignal(signum)
+            if handler != self._on_signal:
+                self.before.setdefault(signum, handler)
+                signal.signal(signum, self._on_signal)
+
+    def disarm(self) -> None:
+        for signum, handler in self.before.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+        self.before.clear()
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self.fired_by is None:
+            self.fired_by = _SIGNALS[signum]
+            if self.interrupting:  # at once; code that swallows it meets check() later
+                raise _Interrupted
+
+    def check(self) -> None:
+        if self.fired_by is not None:
+            raise _Interrupted
+
+    def error(self) -> StoppedAtStart:
+        return StoppedAtStart(f"the run stopped by {self.fired_by} during start-up, before "
+                              "any trial started; nothing was saved. Hint: run the same "
+                              "command again to start it")
+
+
+_current: _StartStops | None = None
+
+
+@contextlib.contextmanager
+def start_stops() -> Iterator[None]:
+    """Stop signals end the start-up until `tune_takes_over()` (or the block's end), with
+    StoppedAtStart; nested blocks share the outermost's handlers (the CLI arms them before
+    its imports, the run again)."""
+    global _current
+    if _current is not None:
+        try:
+            yield
+        except _Interrupted:
+            raise _current.error() from None
+        return
+    _current = stops = _StartStops()
+    stops.arm()
+    try:
+        yield
+    except _Interrupted:
+        raise stops.error() from None
+    finally:
+        stops.disarm()
+        _current = None
+
+
+def ray_starts() -> None:
+    """From here on a signal is only noted, and acted on at the next check."""
+    if _current is not None:
+        _current.interrupting = False
+
+
+def rearm() -> None:
+    """After `ray.init`, which put its own SIGTERM handler in place (and may have swallowed
+    the stop raised inside it)."""
+    if _current is not None:
+        _current.check()
+        _current.arm()
+
+
+def tune_takes_over() -> None:
+    """Just before Tune's loop: its handlers (and hpo's HeldStop) take the signals."""
+    if _current is not None:
+        _current.check()
+        _current.disarm()

@@ -3,8 +3,8 @@
 Inside a trainable use `hpo.report` and `hpo.get_checkpoint` (and `hpo.dist`,
 `hpo.trial.large_batch` for data-parallel training); from Python, `hpo.run` and `hpo.resume` (with
 a function or Ray Tune class as the trainable, `hpo.with_parameters` for large objects),
-`hpo.shutdown` to end the Ray they keep between runs, and `hpo.load` for an experiment's
-results.
+`hpo.shutdown` to end the Ray they keep between runs, `hpo.load` for an experiment's
+results and `hpo.load_checkpoint` for a checkpoint's state (the best model, after a run).
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ __all__ = [
     "ClusterStartError", "ConfigError", "ExperimentError", "HpoError", "LeaseError",
     "NotRunningError", "RunError", "SlurmEnvironmentError", "StorageError",
     "TrainableImportError",
-    "get_checkpoint", "load", "load_spec", "report", "resume", "run", "shutdown", "with_parameters",
+    "get_checkpoint", "load", "load_checkpoint", "load_spec", "report", "resume", "run",
+    "shutdown", "with_parameters",
 ]
 __version__ = "0.1.0"
 
@@ -102,8 +103,9 @@ def load(experiment_dir: str | Path) -> Results:
     Returns:
         Results: `.trials` (pandas, one row per trial, best first: config/*, best_<metric>,
         each reported metric's last value, status...), `.curves` (one row per trial and
-        training_iteration, a column per metric), `.best_config` and, with several
-        objectives, `.pareto_front` (the rows of the non-dominated trials).
+        training_iteration, a column per metric), `.best_config`, `.best_checkpoint` (the
+        best trial's best checkpoint folder, with `checkpoint.keep_best: true`) and, with
+        several objectives, `.pareto_front` (the rows of the non-dominated trials).
 
     Example:
         >>> results = hpo.load("hpo-results/digits-asha")
@@ -112,6 +114,28 @@ def load(experiment_dir: str | Path) -> Results:
     from hpo.results import load as _load
 
     return _load(experiment_dir)
+
+
+def load_checkpoint(folder: str | Path) -> Any:
+    """A checkpoint's state outside a trial (`hpo.get_checkpoint` works only inside one).
+
+    Args:
+        folder: a checkpoint folder: `hpo.load(DIR).best_checkpoint`, or a trial's
+            checkpoint_* folder.
+
+    Returns:
+        What the trainable handed to `hpo.report(..., checkpoint=...)`: the dict (tensors
+        saved on a GPU come back on this process's GPU, or the CPU without one), or the
+        path of the directory it handed over; a Ray Tune class trainable's checkpoint: the
+        folder's own path.
+
+    Example:
+        >>> state = hpo.load_checkpoint(hpo.load("hpo-results/digits-asha").best_checkpoint)
+        >>> model.load_state_dict(state["model"])
+    """
+    from hpo.results import load_checkpoint as _load_checkpoint
+
+    return _load_checkpoint(folder)
 
 
 def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Callable[..., Any] | None = None,

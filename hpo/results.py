@@ -8,9 +8,13 @@ With several objectives (`metric: [a, b]`) the table has last_/best_ columns for
 `pareto_front` column: the finished trials no other finished trial beats on every objective
 (by their last values, which are what Optuna was told); those come first.
 
+With `checkpoint.keep_best`, each trial's folder also holds `best_checkpoint/`: a copy of
+its best-scoring checkpoint (hpo.driver.plugins.best_checkpoint writes it), with
+`hpo_best.json` saying its metric, mode, score and training_iteration.
+
 Example:
     >>> results = load("hpo-results/digits-asha")
-    >>> results.trials, results.curves, results.best_config
+    >>> results.trials, results.curves, results.best_config, results.best_checkpoint
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ BOOKKEEPING = frozenset({
     "experiment_tag", "config", "checkpoint_dir_name", "should_checkpoint",
 })
 _Trial = tuple[dict[str, Any], list[dict[str, Any]]]  # a snapshot's trial and its results
+BEST_CHECKPOINT = "best_checkpoint"  # <trial>/best_checkpoint: checkpoint.keep_best's copy
+BEST_RECORD = "hpo_best.json"  # in it: metric, mode, score and training_iteration
+SWAPPED_OUT = ".best_checkpoint.old"  # the previous best, while a better one is put in place
 
 
 def _snapshot(exp_dir: Path, timeout_s: float = 5.0) -> dict[str, Any]:
@@ -222,6 +229,12 @@ class Results:
         """The trials on the Pareto front (several objectives; with one, the best trial)."""
         return front(self.trials)
 
+    @property
+    def best_checkpoint(self) -> Path:
+        """The best trial's best checkpoint folder (`checkpoint.keep_best: true`); load it
+        with `hpo.load_checkpoint`. The trial is best_config's."""
+        return best_checkpoint(self.path, self.trials)
+
 
 def load(exp_dir: str | Path) -> Results:
     """Both tables of an experiment folder, from one read of its files."""
@@ -238,6 +251,53 @@ def best_config(frame: pd.DataFrame) -> dict[str, Any]:
         raise ExperimentError("no trial reported the metric yet. Hint: wait for the first "
                               "results, or check the trials' error.txt files")
     return row_config(frame.iloc[0])
+
+
+def kept_best(trial_dir: Path) -> Path | None:
+    """A trial's best checkpoint folder (checkpoint.keep_best); None before its first. While a
+    better one is put in its place (or when a run was killed right then), the previous one."""
+    for name in (BEST_CHECKPOINT, SWAPPED_OUT):
+        if (trial_dir / name / BEST_RECORD).is_file():
+            return trial_dir / name
+    return None
+
+
+def best_checkpoint(exp_dir: str | Path, frame: pd.DataFrame) -> Path:
+    """The best checkpoint folder of the best trial (the first row: best_config's trial)."""
+    exp_dir = Path(exp_dir).expanduser().resolve()
+    if not (saved_spec(exp_dir).get("checkpoint") or {}).get("keep_best", False):
+        raise ExperimentError(f"{exp_dir}: no best checkpoint was kept (checkpoint.keep_best "
+                              "was off). Hint: set checkpoint: {keep_best: true} for the next "
+                              "run; this run's newest checkpoints are each trial's "
+                              "checkpoint_* folders")
+    best_config(frame)  # no trial reported the metric yet: that one line
+    row = frame.iloc[0]
+    found = kept_best(Path(row["path"]))
+    if found is None:
+        raise ExperimentError(f"{exp_dir}: the best trial {row['trial_id']} has no checkpoint "
+                              f"that reported '{frame.attrs['metric']}' yet. Hint: "
+                              "hpo.report(metrics, checkpoint=...) keeps one every "
+                              "checkpoint.frequency reports; a running trial may not have "
+                              "saved its first")
+    return found
+
+
+def load_checkpoint(folder: str | Path) -> Any:
+    """A checkpoint folder's content as the trainable reported it: the dict (loaded with
+    torch or pickle, as it was saved; tensors saved on a GPU land on this process's GPU, or
+    the CPU without one), or, for a directory checkpoint, that directory's path (a Ray Tune
+    class trainable's or plain Tune code's: the folder's own path)."""
+    from hpo.trial import session  # its file names and loader: one copy of the format
+
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise ExperimentError(f"{folder}: no such checkpoint folder. Hint: pass "
+                              "hpo.load(DIR).best_checkpoint, or a trial's checkpoint_* folder")
+    if (folder / session._DIR).is_dir():
+        return str(folder / session._DIR)
+    if not any((folder / name).is_file() for name in (session._STATE_PT, session._STATE_PKL)):
+        return str(folder)
+    return session._load_state(folder)
 
 
 def front(frame: pd.DataFrame) -> pd.DataFrame:

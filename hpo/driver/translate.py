@@ -69,6 +69,18 @@ def tracking_callbacks(spec: Spec, exp_dir: Path) -> list[Any]:
     return callbacks(spec, exp_dir)
 
 
+def best_checkpoint_callbacks(spec: Spec) -> list[Any]:
+    """checkpoint.keep_best: each trial's best checkpoint, kept by hpo beside Tune's newest
+    `keep` (Tune keeps either the newest or the best-scoring, not both); by the first
+    objective."""
+    if not spec.checkpoint.keep_best:
+        return []
+    from hpo.driver.plugins.best_checkpoint import BestCheckpoint
+
+    metric, mode = spec.objectives[0]
+    return [BestCheckpoint(metric, mode)]
+
+
 def scheduler(spec: Spec, guard: Any = None) -> Any:
     """Ray's trial scheduler; rasda's also needs the ranks it grows and, inside Slurm, the
     allocation's clock (`guard`: hpo.driver.guards.walltime)."""
@@ -108,6 +120,7 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
     from hpo.driver.guards.stops import HeldStop
     from hpo.driver.plugins.progress import LiveProgress
     from hpo.driver.plugins.trial_logs import trial_loggers
+    from hpo.spec.plan import trial_count
 
     a_class = isinstance(trainable, type)
     # A class without reset_config cannot serve a second trial in its actor (hpo's default).
@@ -132,10 +145,12 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
         verbose=0, log_to_file=True,
         # Ray would add its own loggers, which lose restarted trials' rows and scalars.
         # HeldStop first: the live view's last frame shows the trials a stop left open.
-        callbacks=[HeldStop(), LiveProgress(spec.objectives, spec.num_samples), *trial_loggers(),
-                   *tracking_callbacks(spec, exp_dir), *extra_callbacks],
+        callbacks=[HeldStop(), LiveProgress(spec.objectives, trial_count(spec)), *trial_loggers(),
+                   *tracking_callbacks(spec, exp_dir), *best_checkpoint_callbacks(spec),
+                   *extra_callbacks],
         # A class trainable is saved by Tune every `frequency` steps; a function reports its
-        # own checkpoints (hpo.report keeps every Nth).
+        # own checkpoints (hpo.report keeps every Nth). Tune keeps the newest `keep` (a trial
+        # restarts from the newest); keep_best's best one is hpo's (best_checkpoint_callbacks).
         checkpoint_config=tune.CheckpointConfig(
             num_to_keep=spec.checkpoint.keep,
             checkpoint_frequency=spec.checkpoint.frequency if a_class else 0),

@@ -70,6 +70,17 @@ class Resources(Strict):
 class CheckpointPolicy(Strict):
     frequency: NonNegativeInt = 1  # keep every Nth report's checkpoint; 0: never
     keep: PositiveInt | None = 2  # newest checkpoints kept per trial; null: all (PBT default)
+    # Also keep each trial's best-scoring checkpoint, beside the newest `keep`, in
+    # <trial>/best_checkpoint: best by the study's metric and mode (with several objectives,
+    # the first one, which also orders `hpo results`).
+    keep_best: bool = False
+
+    @model_validator(mode="after")
+    def _best_needs_checkpoints(self) -> CheckpointPolicy:
+        if self.keep_best and self.frequency == 0:
+            raise FieldProblem("keep_best", "needs checkpoints, but frequency is 0 (never)",
+                               "set frequency: 1 (or N), or drop keep_best")
+        return self
 
 
 class FailurePolicy(Strict):

@@ -30,7 +30,7 @@ def _build_wheel(tmp: Path) -> Path:
         shutil.copy(ROOT / part, source / part)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
                     "--no-build-isolation", "-w", str(tmp / "dist"), str(source)], check=True)
-    (wheel,) = (tmp / "dist").glob("hpo-*.whl")
+    (wheel,) = (tmp / "dist").glob("hpo_hpc-*.whl")
     return wheel
 
 
@@ -83,3 +83,15 @@ def test_installed_package_runs_an_experiment(installed: Path, tmp_path: Path) -
                    "--cpus", "2")
     assert done.returncode == 0, done.stderr
     assert len(list((tmp_path / "out" / "tiny").glob("*/result.json"))) == 2
+
+
+def test_no_page_installs_the_unrelated_pypi_hpo() -> None:
+    """PyPI's `hpo` is another project: the docs install from the checkout (hpo-hpc)."""
+    import re
+
+    assert '\nname = "hpo-hpc"\n' in (ROOT / "pyproject.toml").read_text()
+    wrong = re.compile(r"pip install\s+(-U\s+)?['\"]?hpo(\[|['\"\s]|$)", re.M)
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    found = [(page.name, m.group(0)) for page in pages for m in wrong.finditer(page.read_text())]
+    assert found == [], found
+    assert wrong.search("pip install 'hpo[mlflow]'") and wrong.search("pip install hpo\n")

@@ -32,7 +32,10 @@ def _print_versions(asked: bool) -> None:
         return
     from importlib.metadata import PackageNotFoundError, version
 
-    for package in ("hpo", "ray", "torch", "horovod", "optuna"):
+    from hpo import __version__
+
+    out.print(f"hpo {__version__}", highlight=False)  # its distribution is named hpo-hpc
+    for package in ("ray", "torch", "horovod", "optuna"):
         try:
             found = version(package)
         except PackageNotFoundError:

@@ -43,12 +43,15 @@ def project_requirements(pyproject: Path, extras: tuple[str, ...] = ("test",)) -
     return [*data["build-system"]["requires"], *project["dependencies"], *extra]
 
 
+DISTRIBUTION = "hpo-hpc"  # pyproject.toml's name (PyPI's `hpo` is another project)
+
+
 def installed_requirements(extras: tuple[str, ...] = ("test",)) -> list[str]:
     """hpo's requirements from the installed package's metadata (no pyproject.toml there)."""
     from importlib import metadata
 
     wanted = []
-    for requirement in metadata.requires("hpo") or []:
+    for requirement in metadata.requires(DISTRIBUTION) or []:
         name, _, marker = requirement.partition(";")
         extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)", marker)
         if extra is None or extra[1] in extras:

@@ -61,8 +61,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_full_disk_one_line_then_resume_finishes_exactly(tmp_path: Path,
-                                                         small_disk: Path) -> None:
+@pytest.mark.parametrize("drill", [1, 2, 3])  # once in three, the state was once left cut
+def test_full_disk_one_line_then_resume_finishes_exactly(tmp_path: Path, small_disk: Path,
+                                                         drill: int) -> None:
     space = tmp_path / "full.yaml"
     space.write_text(SPEC)
     exp_dir = small_disk / "full"
@@ -379,3 +380,37 @@ def test_full_mlflow_store_stops_the_run_cleanly(tmp_path: Path, small_disk: Pat
     runs = client.search_runs([client.get_experiment_by_name("tracked").experiment_id])
     assert sorted(float(run.data.params["x"]) for run in runs) == [1.0, 2.0]
     assert {run.info.status for run in runs} == {"FINISHED"}
+
+
+def _fill(disk: Path, name: str) -> None:
+    """Write until the file system is full, as other writers do after the reserve is freed."""
+    fd = os.open(disk / name, os.O_WRONLY | os.O_CREAT)
+    try:
+        with pytest.raises(OSError) as full:
+            while True:
+                os.write(fd, b"x" * 4096)
+    finally:
+        os.close(fd)
+    assert full.value.errno == errno.ENOSPC
+
+
+def test_a_state_file_cut_by_the_last_sync_is_written_whole_again(tmp_path: Path,
+                                                                  small_disk: Path) -> None:
+    """The worst instant: Tune's last sync cut the state file (the freed reserve was taken by
+    other writes and the disk is full again). It is written again whole, by write and rename,
+    into the room of the state's own reserve."""
+    staging, exp_dir = tmp_path / "staging", small_disk / "exp"
+    staging.mkdir()
+    exp_dir.mkdir()
+    state = json.dumps({"trials": ["x" * 200] * 1000}).encode()  # about 200 KB
+    (staging / "experiment_state-2026.json").write_bytes(state)
+    watch = StorageWatch(exp_dir)
+    watch.grow_reserve(str(staging))
+    (exp_dir / "experiment_state-2026.json").write_bytes(state[: len(state) // 3])  # cut
+    _fill(small_disk, "others")
+    watch.note(Fault(errno.ENOSPC, str(exp_dir)), stop=False)  # frees the run's reserve
+    _fill(small_disk, "others-again")  # ... which other writes take
+    watch.settle_state()
+    assert (exp_dir / "experiment_state-2026.json").read_bytes() == state
+    assert not list(exp_dir.glob(".*hpo-tmp"))
+    storage_faults.check_resumable(exp_dir)  # no "cut short" refusal

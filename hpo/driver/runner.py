@@ -17,6 +17,7 @@ import yaml
 
 from hpo.cluster.auth import RayCluster
 from hpo.driver import preflight, translate
+from hpo.driver.guards import storage_faults
 from hpo.driver.guards.lease import experiment_lease
 from hpo.driver.guards.start_stop import (
     StoppedAtStart,
@@ -264,6 +265,10 @@ def _fit(tuner: Any, spec: Spec) -> None:
         if "did not include the specified metric" not in str(exc):
             raise
         raise RunError(_missing_metric(str(exc), spec)) from exc
+    finally:  # a storage fault's stop: Tune's last sync may have cut a state file
+        watch = storage_faults.current()
+        if watch is not None:
+            watch.settle_state()
 
 
 def _missing_metric(tune_said: str, spec: Spec) -> str:

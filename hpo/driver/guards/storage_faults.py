@@ -35,6 +35,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpo.driver.guards.whole_state import (
+    STATE_FILES,
+    STATE_RESERVE_FILE,
+    rewrite_whole,
+    state_bytes,
+)
 from hpo.errors import ExperimentError, StorageError
 
 RESERVE_FILE = "hpo.reserve"
@@ -112,6 +118,7 @@ class StorageWatch:
     def __init__(self, exp_dir: Path) -> None:
         self.exp_dir = exp_dir
         self.fault: Fault | None = None
+        self.staging: Path | None = None  # Tune's driver staging folder, once seen
         self._stopped = False
         self._lock = threading.Lock()
 
@@ -157,9 +164,13 @@ class StorageWatch:
         snapshot files."""
         if self.fault is not None:
             return
+        self.staging = Path(rewritten) if rewritten else self.staging
         try:
             size = _size(Path(rewritten), deep=True) if rewritten else _size(self.exp_dir)
             _allocate(self.exp_dir / RESERVE_FILE, _MIN_RESERVE + 2 * size)
+            if self.staging is not None:  # room to write the state whole again at the end
+                _allocate(self.exp_dir / STATE_RESERVE_FILE,
+                          _MIN_RESERVE + 2 * state_bytes(self.staging))
         except OSError as exc:
             # A disk too small for the reserve is not yet a fault; EIO, ESTALE, EROFS are.
             if exc.errno in _WHAT and exc.errno not in (errno.ENOSPC, errno.EDQUOT):
@@ -168,6 +179,11 @@ class StorageWatch:
     def release_reserve(self) -> None:
         with contextlib.suppress(OSError):
             (self.exp_dir / RESERVE_FILE).unlink()
+
+    def settle_state(self) -> None:
+        """After Tune's last sync of a fault's stop: the state files whole (whole_state)."""
+        if self.fault is not None and self.staging is not None:
+            rewrite_whole(self.staging, self.exp_dir)
 
     def error(self) -> StorageError:
         fault = self.fault or Fault(errno.ENOSPC, "")
@@ -261,6 +277,8 @@ def storage_guard(exp_dir: Path) -> Iterator[StorageWatch]:
     finally:
         _current = None
         watch.release_reserve()
+        with contextlib.suppress(OSError):
+            (exp_dir / STATE_RESERVE_FILE).unlink()
     if watch.fault:
         raise watch.error()
 
@@ -268,9 +286,7 @@ def storage_guard(exp_dir: Path) -> Iterator[StorageWatch]:
 # What `hpo resume` has Tune read, the newest of each by name as Tune takes it: JSON, or
 # (cloud)pickle whatever the name says. Tune restarts the experiment afresh, silently, when
 # one cannot be read.
-_STATE_FILES = (("experiment_state-*.json", "json"), ("tuner.pkl", "pickle"),
-                ("basic-variant-state-*.json", "pickle"), ("search_gen_state-*.json", "pickle"),
-                ("searcher-state-*.pkl", "pickle"), ("callback-states-*.pkl", "pickle"))
+_STATE_FILES = STATE_FILES
 
 
 def check_resumable(exp_dir: Path) -> None:

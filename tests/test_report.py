@@ -1,11 +1,13 @@
 """`hpo report` on real ASHA, PBT and HyperBand experiments made here (tiny runs of the
-`steady` test trainable), rendered in headless Chromium; the TensorBoard files and the
-Optuna mirror of the same runs; folders a report cannot be made of."""
+`steady` test trainable), rendered in headless Chromium and used there as a person would (the
+metric menu, a sort of the table, a PNG saved), offline; the TensorBoard files and the Optuna
+mirror of the same runs; folders a report cannot be made of."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +20,12 @@ import optuna
 import pytest
 import yaml
 from conftest import ROOT
-from report_helpers import chromium_render, tensorboard_scalars
+from report_helpers import (
+    chromium_probe,
+    chromium_render,
+    tensorboard_scalars,
+    without_plotly_js,
+)
 from typer.testing import CliRunner
 
 import hpo
@@ -41,6 +48,8 @@ HYPERBAND = {**STEADY, "name": "hyperband", "num_samples": 6, "constants": {"ste
 FIGURES = {"asha": {"learning_curves", "rungs", "parallel_coordinates", "importance"},
            "pbt": {"learning_curves", "pbt_lineage", "parallel_coordinates", "importance"},
            "hyperband": {"learning_curves", "rungs", "parallel_coordinates", "importance"}}
+# plotly figures, shown instead of a PNG (learning curves) or only interactive
+PLOTS = {"learning_curves", "best_over_time", "timeline"}
 
 
 def _wait_until_reporting(exp_dir: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -112,18 +121,33 @@ def reports(experiments: dict[str, Path]) -> dict[str, Path]:
 def test_report_holds_every_trial_and_figure(name: str, experiments: dict[str, Path],
                                              reports: dict[str, Path]) -> None:
     page = reports[name].read_text()
+    body = without_plotly_js(page)
     table = load_results(experiments[name])
     for trial_id in table["trial_id"]:
-        assert f"<td>{trial_id}</td>" in page
-    assert f"Trial <b>{table.iloc[0]['trial_id']}</b>" in page  # best trial first
-    assert page.count("<tr") == len(table) + 1  # header + one row per trial
+        assert f"<td>{trial_id}</td>" in body
+    assert f"Trial <b>{table.iloc[0]['trial_id']}</b>" in body  # best trial first
+    assert body.count("<tr") == len(table) + 1  # header + one row per trial
+    assert f"<tr class='best'><td>{table.iloc[0]['trial_id']}</td>" in body
     figures = {p.stem for p in (reports[name].parent / "report_figures").glob("*.png")}
     assert figures == FIGURES[name]
-    for figure in figures:
-        assert f"id='fig-{figure}'" in page
-    assert page.count("data:image/png;base64,") == len(figures)
-    assert "http://" not in page and "https://" not in page, "must work offline"
+    for figure in figures | PLOTS:
+        assert f"id='fig-{figure}'" in body
+    for plot in PLOTS:
+        assert f'id="plot-{plot}" class="plotly-graph-div"' in body
+    assert body.count("data:image/png;base64,") == len(figures - PLOTS)
     assert "id='running'" not in page
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["asha", "pbt", "hyperband"])
+def test_report_is_one_offline_file(name: str, reports: dict[str, Path]) -> None:
+    """plotly.js inline once; nothing else names a URL, and the page's policy forbids loads."""
+    page = reports[name].read_text()
+    body = without_plotly_js(page)
+    assert page.count("<script id='plotly-js'>") == 1 and len(page) - len(body) > 3_000_000
+    assert "http://" not in body and "https://" not in body, "must work offline"
+    assert not re.search(r"<(script|img|link|iframe)[^>]*\s(src|href)=.(?!data:)", body, re.I)
+    assert "Content-Security-Policy" in body and "default-src 'none'" in body
 
 
 @pytest.mark.slow
@@ -136,6 +160,57 @@ def test_report_renders_in_chromium(name: str, reports: dict[str, Path],
     # Plots drew: many distinct colours (a text-only or broken-image page has a handful).
     colours = len(np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0))
     assert pixels.std() > 0.05 and colours > 200, (pixels.std(), colours)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["asha", "pbt", "hyperband"])
+def test_report_is_interactive_in_chromium(name: str, experiments: dict[str, Path],
+                                           reports: dict[str, Path], tmp_path: Path) -> None:
+    """In a window narrower than the table: the plots drew, the timeline has a bar per trial,
+    the metric menu switches the curves' data, a sort keeps the bold on the best trial, the
+    filter box finds it, the page stays as wide as the window, plotly saves a PNG, and
+    nothing was fetched."""
+    exp = load_experiment(experiments[name])
+    other = exp.reported_metrics[1]  # hpo.report's cost keys: cpu_hours first
+    errors, found, _ = chromium_probe(reports[name], tmp_path, window="700,2400",
+                                      metric=other, sort="best_score")
+    assert errors == [] and "error" not in found, (errors, found.get("error"))
+    assert found["plots"].keys() == {f"plot-{plot}" for plot in PLOTS}
+    for plot, drawn in found["plots"].items():
+        assert drawn["svgs"] >= 1 and drawn["drawn"] >= 1, (plot, drawn)
+    trial_ids = list(exp.table["trial_id"])
+    assert found["bars"] == len(trial_ids) and sorted(found["barTrials"]) == sorted(trial_ids)
+    best = exp.curves[exp.curves["trial_id"] == trial_ids[0]]
+    assert found["before"]["title"] == "score"
+    assert found["before"]["y"] == pytest.approx(best["score"].tolist())
+    assert found["menu"] == list(exp.reported_metrics)
+    assert found["after"]["title"] == other
+    assert found["after"]["y"] == pytest.approx(best[other].tolist())
+    assert found["after"]["d"] != found["before"]["d"], "the drawn line moved"
+    assert found["table"] == {"best": trial_ids[0], "firstRow": trial_ids[0]}
+    sorted_ = found["sorted"]
+    assert sorted_["best"] == trial_ids[0] and sorted_["bestAt"] == len(trial_ids) - 1
+    assert [float(v) for v in sorted_["column"]] == sorted(float(v) for v in sorted_["column"])
+    assert sorted_["bestWeight"] >= 700 and max(sorted_["otherWeights"]) < 700
+    assert found["filtered"] == [trial_ids[0]]
+    width = found["width"]
+    assert width["page"] <= width["window"] and width["table"] > width["box"], width
+    assert found["png"] == "data:image/png;base64,"
+    assert found["resources"] == [], "offline: nothing fetched"
+
+
+@pytest.mark.slow
+def test_chromium_check_catches_external_loads(reports: dict[str, Path],
+                                               tmp_path: Path) -> None:
+    """The offline checks are not vacuous: a script or an image from elsewhere, added to a
+    report, is refused by its policy, and the refusal is an error of the render check."""
+    page = tmp_path / "external.html"
+    page.write_text(reports["pbt"].read_text().replace(
+        "</body>", "<script src='https://cdn.plot.ly/plotly-3.0.0.min.js'></script>"
+        "<img src='http://127.0.0.1:9/x.png'></body>"))
+    errors, _, _ = chromium_render(page, tmp_path)
+    assert any("https://cdn.plot.ly/plotly-3.0.0.min.js" in e for e in errors), errors
+    assert any("http://127.0.0.1:9/x.png" in e for e in errors), errors
 
 
 @pytest.mark.slow

@@ -32,7 +32,8 @@ class Report:
 
 
 def build_report(experiment_dir: str | Path, output: str | Path | None = None) -> Report:
-    """Write `output` (default EXPERIMENT_DIR/report.html) and `<stem>_figures/*.png` beside it."""
+    """Write `output` (default EXPERIMENT_DIR/report.html) and `<stem>_figures/*.png` beside it
+    (the matplotlib figures, for papers; the page's interactive ones save PNGs themselves)."""
     exp = load_experiment(experiment_dir)
     html_path = Path(output).expanduser() if output else exp.path / REPORT_FILE
     if html_path.is_dir():
@@ -44,8 +45,9 @@ def build_report(experiment_dir: str | Path, output: str | Path | None = None) -
     figure_dir.mkdir(exist_ok=True)
     pngs = []
     for section in sections:
-        pngs.append(figure_dir / f"{section.name}.png")
-        pngs[-1].write_bytes(section.png)
+        if section.png:
+            pngs.append(figure_dir / f"{section.name}.png")
+            pngs[-1].write_bytes(section.png)
     from hpo.reporting.html import page
 
     html_path.write_text(page(exp, sections, notes), encoding="utf-8")
@@ -54,37 +56,50 @@ def build_report(experiment_dir: str | Path, output: str | Path | None = None) -
 
 def _sections(exp: Experiment) -> tuple[list[Any], dict[str, str]]:
     """Every figure that applies to this experiment, and a note for each that could not be."""
-    from hpo.reporting import analysis, figures
+    from hpo.reporting import analysis, figures, interactive
     from hpo.reporting.html import Section
 
     study = analysis.as_study(exp)
     scores = analysis.importances(study)
-    drawn = [
-        ("pareto_front", "Pareto front", figures.pareto_front(exp),
+    drawn = [  # name, title, PNG (matplotlib), interactive (plotly; shown instead), caption
+        ("pareto_front", "Pareto front", figures.pareto_front(exp), None,
          "Each finished trial's last values of the first two objectives; red: the trials no "
          "other beats on every objective, joined in order."),
         ("learning_curves", "Learning curves", figures.learning_curves(exp),
-         "x: stopped early by the scheduler; open circle: still running; red X: failed."),
-        ("rungs", "Rung occupancy", figures.rungs(exp),
+         interactive.learning_curves(exp),
+         f"The best {interactive.CURVES_MAX} trials by {exp.metric} as lines (any others: "
+         "their range per iteration, grey). The menu switches the metric. x: stopped early by "
+         "the scheduler; open circle: still running; red X: failed. A click on a trial in the "
+         "legend hides it, a double-click shows it alone; drag to zoom, double-click to reset; "
+         "the camera button saves a PNG."),
+        ("best_over_time", "Best so far over wall time", None, interactive.best_over_time(exp),
+         f"Grey: each trial's best report of {exp.metric} when it was made; red: the best so "
+         f"far ({exp.mode}). Report times are Ray's (whole seconds), in this machine's zone."),
+        ("timeline", "Trials per node over wall time", None, interactive.timeline(exp),
+         "One bar per trial, from its start to its last report, on rows per node: each node's "
+         "trials packed into as few rows as do not overlap, so a row is about one slot and a "
+         "gap in it is time the slot sat idle. A paused (PBT) trial's bar covers its pause."),
+        ("rungs", "Rung occupancy", figures.rungs(exp), None,
          "Trials whose furthest report reached each rung of the successive-halving ladder."),
-        ("ranks", "Ranks per trial", figures.rank_growth(exp),
+        ("ranks", "Ranks per trial", figures.rank_growth(exp), None,
          "Each data-parallel trial's rank count over its iterations: rasda grows a trial at "
          "each rung it passes."),
-        ("pbt_lineage", "PBT lineage", figures.pbt_lineage(exp),
+        ("pbt_lineage", "PBT lineage", figures.pbt_lineage(exp), None,
          "Top: each trial's iterations; arrows from the trial it cloned (at its iteration) to "
          "the trial that exploited it. Below: each mutated hyperparameter over time."),
         ("parallel_coordinates", "Hyperparameters against the metric",
-         figures.parallel_coordinates(exp, study), "Axes scaled to the searched range "
+         figures.parallel_coordinates(exp, study), None, "Axes scaled to the searched range "
          "(log scale for log-distributed hyperparameters); values are each trial's final "
          "config and best metric."),
         ("importance", "Hyperparameter importance",
-         figures.importance(scores) if isinstance(scores, dict) else None,
+         figures.importance(scores) if isinstance(scores, dict) else None, None,
          "Optuna's fANOVA evaluator over the trials' final configs (log-distributed ones as "
          "their logarithm) and best metric (a seeded random 500 of them beyond 500 trials)."),
     ]
     notes = {} if isinstance(scores, dict) else {"importance": f"Importance: {scores}"}
-    return [Section(name, title, _png(fig), caption)
-            for name, title, fig, caption in drawn if fig is not None], notes
+    return [Section(name, title, _png(fig) if fig else b"", caption,
+                    interactive.div(plot, name) if plot else "")
+            for name, title, fig, plot, caption in drawn if fig or plot], notes
 
 
 def _png(figure: Any) -> bytes:

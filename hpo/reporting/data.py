@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from hpo.errors import ExperimentError
-from hpo.results import SPEC_FILE, load_results, objectives, saved_spec, trial_results
+from hpo.results import SPEC_FILE, load_results, metrics, objectives, saved_spec, trial_results
 from hpo.spec.distributions import Distribution
 
 UNFINISHED = ("RUNNING", "PENDING")
@@ -31,6 +31,8 @@ class Experiment:
     table: pd.DataFrame  # load_results: one row per trial, best first
     curves: pd.DataFrame  # one row per report: trial_id, training_iteration, metric, ...
     exploits: pd.DataFrame  # PBT: trial_id cloned source_id at iteration / source_iteration
+    # every numeric metric some trial reported (a column of curves each), objectives first
+    reported_metrics: tuple[str, ...] = field(default=())
 
     @property
     def objectives(self) -> list[tuple[str, str]]:
@@ -79,37 +81,60 @@ def load_experiment(path: str | Path) -> Experiment:
     # PBT's mutated keys may be missing from search_space; their values change over time.
     mutations = (spec.get("scheduler") or {}).get("hyperparam_mutations", {})
     space = list({**spec.get("search_space", {}), **mutations})
-    metrics = [metric for metric, _ in objectives(spec)]
-    columns = ["trial_id", "training_iteration", *metrics, "time", "ranks",
-               *(f"config/{k}" for k in space)]
+    goals = [metric for metric, _ in objectives(spec)]
     # One frame from all records: a frame per trial and pd.concat took minutes at 10,000.
     records = [record for trial_id, path in zip(table["trial_id"], table["path"], strict=True)
-               for record in _curve(trial_id, Path(path), spec, metrics, space)]
-    curves = pd.DataFrame(records, columns=columns)
-    return Experiment(exp_dir, spec, table, curves, _exploits(exp_dir, table))
+               for record in _curve(trial_id, Path(path), spec, goals, space)]
+    curves = pd.DataFrame(records)  # a column per key any record has, in first-seen order
+    reported = _reported(curves, goals)
+    columns = ["trial_id", "training_iteration", *reported, *_TIMES, "time", "ranks",
+               *(f"config/{k}" for k in space)]
+    curves = curves.reindex(columns=list(dict.fromkeys(columns)))
+    return Experiment(exp_dir, spec, table, curves, _exploits(exp_dir, table), reported)
 
 
-def _curve(trial_id: str, path: Path, spec: dict[str, Any], metrics: list[str],
+# When and where each report was made: Ray's UNIX time of the report (whole seconds), the
+# seconds since the trial (re)started, and the node (timeline and best-so-far over wall time).
+_TIMES = ("timestamp", "time_since_restore", "hostname")
+_OURS = frozenset({"trial_id", "training_iteration", "time", *_TIMES})
+
+
+def _curve(trial_id: str, path: Path, spec: dict[str, Any], goals: list[str],
            space: list[str]) -> list[dict[str, Any]]:
-    """One trial's reports: iteration, metrics, the scheduler's time axis and its config."""
+    """One trial's reports: iteration, every numeric metric, the scheduler's time axis, when
+    and where it was reported, and its config."""
     time_attr = (spec.get("scheduler") or {}).get("time_attr", "training_iteration")
     records = []
     for result in trial_results(path):
         config = result.get("config", {})
         records.append({
+            **{k: _number(v) for k, v in metrics(result).items() if _is_number(v)},
+            **{metric: _number(result.get(metric)) for metric in goals},  # Ray's keys too
             "trial_id": trial_id,
             "training_iteration": result.get("training_iteration"),
-            **{metric: _number(result.get(metric)) for metric in metrics},
             "time": _number(result.get(time_attr)),
             "ranks": _number(result.get("ranks")),  # a data-parallel trial's (rasda: grows)
+            "timestamp": _number(result.get("timestamp")),
+            "time_since_restore": _number(result.get("time_since_restore")),
+            "hostname": result.get("hostname"),
             **{f"config/{k}": config.get(k) for k in space},
         })
     return records
 
 
+def _reported(curves: pd.DataFrame, goals: list[str]) -> tuple[str, ...]:
+    """The objectives, then every other metric some report gave a number for."""
+    rest = [c for c in curves.columns if c not in goals and c not in _OURS
+            and not str(c).startswith("config/") and curves[c].notna().any()]
+    return (*goals, *rest)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _number(value: Any) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return float(value) if ok and math.isfinite(value) else math.nan
+    return float(value) if _is_number(value) and math.isfinite(value) else math.nan
 
 
 def _exploits(exp_dir: Path, table: pd.DataFrame) -> pd.DataFrame:

@@ -1,12 +1,12 @@
-"""One self-contained HTML page: inline CSS, figures as PNG data URIs, a few lines of inline
-JavaScript to sort the table. No server and no network: it opens from a shared file system
-or a laptop alike."""
+"""One self-contained HTML page: inline CSS, interactive figures with plotly.js inline (once),
+the others as PNG data URIs, a few lines of inline JavaScript for the table. No server and no
+network: it opens from a shared file system or a laptop alike, and its Content-Security-Policy
+lets the browser load nothing from anywhere."""
 
 from __future__ import annotations
 
 import base64
 import html
-import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,62 +15,60 @@ import pandas as pd
 import yaml
 
 from hpo.reporting.data import Experiment
+from hpo.reporting.interactive import plotly_js
+from hpo.reporting.table import CSS as TABLE_CSS
+from hpo.reporting.table import JS as TABLE_JS
+from hpo.reporting.table import sortable
 
 
 @dataclass(frozen=True)
 class Section:
-    """One figure of the report: its id (also the PNG's name), title, PNG bytes, caption."""
+    """One figure of the report: its id (also the PNG's name), title, PNG bytes (written to the
+    figures folder), caption, and its interactive version (shown instead of the PNG)."""
 
     name: str
     title: str
-    png: bytes
+    png: bytes = b""
     caption: str = ""
+    plot: str = ""
 
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
-h1{margin-bottom:.2em} .meta{color:#555} pre{background:#f4f4f4;padding:.8em;overflow:auto}
+h1{margin-bottom:.2em} .meta{color:#555;overflow-wrap:anywhere}
+pre{background:#f4f4f4;padding:.8em;overflow:auto}
 .banner{background:#fff3cd;border:1px solid #e0c060;padding:.7em 1em;margin:1em 0}
 figure{margin:1.5em 0} figure img{max-width:100%;border:1px solid #ddd}
 figcaption{color:#555;font-size:.9em}
-table.results{border-collapse:collapse;font-size:.85em;width:100%}
-table.results th,table.results td{border:1px solid #ddd;padding:3px 6px;text-align:right}
-table.results th{background:#eef;cursor:pointer;position:sticky;top:0}
-table.results tr:first-child td{font-weight:bold}
-"""
-
-# Click a header to sort by it (numbers as numbers, "-" last); click again to reverse.
-_SORT_JS = """
-document.querySelectorAll('table.results th').forEach(function (th, col) {
-  th.title = 'click to sort';
-  th.addEventListener('click', function () {
-    var body = th.closest('table').tBodies[0];
-    var up = th.dataset.dir !== 'up'; th.dataset.dir = up ? 'up' : 'down';
-    var key = function (tr) { var t = tr.cells[col].textContent.trim(), n = Number(t);
-      return t === '-' ? null : (t === '' || isNaN(n) ? t : n); };
-    Array.from(body.rows).sort(function (a, b) {
-      var x = key(a), y = key(b);
-      if (x === null || y === null) { return (x === null) - (y === null); }
-      return (x < y ? -1 : x > y ? 1 : 0) * (up ? 1 : -1);
-    }).forEach(function (tr) { body.appendChild(tr); });
-  });
-});
-"""
+""" + TABLE_CSS
+# Nothing but this page's own inline code and data: no script, style, font or image from a
+# file or a server (an offline page stays offline; a broken one says so in the console).
+_CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+        "img-src data: blob:; font-src data:")
 
 
 def page(exp: Experiment, sections: list[Section], notes: dict[str, str]) -> str:
     """The whole report as one HTML string."""
     name = html.escape(str(exp.spec.get("name", exp.path.name)))
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-             f"<title>hpo report: {name}</title><style>{_CSS}</style></head><body>",
-             f"<h1>hpo report: {name}</h1>", _summary(exp), _banner(exp), _best(exp)]
+             f"<meta http-equiv='Content-Security-Policy' content=\"{_CSP}\">"
+             f"<title>hpo report: {name}</title><style>{_CSS}</style>{_plotly(sections)}"
+             "</head><body>", f"<h1>hpo report: {name}</h1>", _summary(exp), _banner(exp),
+             _best(exp)]
     for section in sections:
         parts.append(_figure(section))
     parts += [f"<p class='note' id='note-{html.escape(k)}'>{html.escape(v)}</p>"
               for k, v in notes.items()]
     parts += ["<h2>All trials</h2>", _table(exp),
-              f"<script>{_SORT_JS}</script></body></html>"]
+              f"<script>{TABLE_JS}</script></body></html>"]
     return "\n".join(parts)
+
+
+def _plotly(sections: list[Section]) -> str:
+    """plotly.js inline, once, if a figure needs it."""
+    if not any(section.plot for section in sections):
+        return ""
+    return f"<script id='plotly-js'>{plotly_js()}</script>"
 
 
 def _summary(exp: Experiment) -> str:
@@ -125,8 +123,7 @@ def _front(exp: Experiment) -> str:
     configs = [c for c in table.columns if str(c).startswith("config/")]
     shown = front[["trial_id", *(f"last_{m}" for m in metrics), *configs]]
     shown.columns = ["trial_id", *metrics, *(str(c).removeprefix("config/") for c in configs)]
-    return title + shown.to_html(index=False, classes="results", table_id="front",
-                                 na_rep="-", float_format=_number, border=0, escape=True)
+    return title + sortable(shown, "front")
 
 
 def _plain(value: Any) -> Any:
@@ -134,19 +131,23 @@ def _plain(value: Any) -> Any:
 
 
 def _figure(section: Section) -> str:
-    data = base64.b64encode(section.png).decode("ascii")
     caption = f"<figcaption>{html.escape(section.caption)}</figcaption>" if section.caption else ""
-    return (f"<h2>{html.escape(section.title)}</h2><figure id='fig-{section.name}'>"
-            f"<img alt='{html.escape(section.title)}' src='data:image/png;base64,{data}'>"
+    if section.plot:
+        body = section.plot
+    else:
+        data = base64.b64encode(section.png).decode("ascii")
+        body = f"<img alt='{html.escape(section.title)}' src='data:image/png;base64,{data}'>"
+    return (f"<h2>{html.escape(section.title)}</h2><figure id='fig-{section.name}'>{body}"
             f"{caption}</figure>")
 
 
 def _table(exp: Experiment) -> str:
+    """Every trial; bold: the best (several objectives: the Pareto front), wherever a sort
+    puts it."""
     frame = exp.table.drop(columns=["path"], errors="ignore")
     frame.columns = [str(c).removeprefix("config/") for c in frame.columns]
-    return frame.to_html(index=False, classes="results", table_id="results", na_rep="-",
-                         float_format=_number, border=0, escape=True)
-
-
-def _number(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:.6g}"
+    if "pareto_front" in exp.table:
+        best = exp.table["pareto_front"].astype(bool).tolist()
+    else:
+        best = [pd.notna(exp.table.iloc[0][f"best_{exp.metric}"])]
+    return sortable(frame, "results", best, filter_box=True)

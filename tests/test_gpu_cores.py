@@ -77,8 +77,8 @@ def test_the_profile_map_wins_over_gres_conf(tmp_path: Path) -> None:
 _PIN = """\
 import json, os, sys
 from hpo.trial import placement
-wanted = int(sys.argv[1])
-pinned = placement.pin_near(placement.visible_gpus(), wanted)
+wanted, gpus = int(sys.argv[1]), sys.argv[2].split(",") if sys.argv[2] else []
+pinned = placement.pin_near(gpus, wanted)
 tasks = {t: sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")}
 print(json.dumps({"pinned": sorted(pinned) if pinned else None,
                   "masks": sorted({tuple(m) for m in tasks.values()})}))
@@ -86,7 +86,8 @@ print(json.dumps({"pinned": sorted(pinned) if pinned else None,
 
 
 def _pin(env: dict[str, str], wanted: int) -> dict[str, object]:
-    done = subprocess.run([sys.executable, "-c", _PIN, str(wanted)], capture_output=True,
+    gpus = env.pop("GPUS", "")  # the trial's own (Ray's ids)
+    done = subprocess.run([sys.executable, "-c", _PIN, str(wanted), gpus], capture_output=True,
                           text=True, env={**os.environ, **env}, timeout=60, check=True)
     return json.loads(done.stdout)
 
@@ -95,13 +96,13 @@ def test_a_trial_runs_on_the_cpus_near_its_gpu() -> None:
     assert len(os.sched_getaffinity(0)) >= 2, "needs 2 CPUs to tell them apart"
     first, second = sorted(os.sched_getaffinity(0))[:2]
     table = f"0={first};1={second}"
-    got = _pin({"HPO_GPU_CORES": table, "CUDA_VISIBLE_DEVICES": "1"}, 1)
+    got = _pin({"HPO_GPU_CORES": table, "GPUS": "1"}, 1)
     assert got == {"pinned": [second], "masks": [[second]]}  # every thread of the process
-    both = _pin({"HPO_GPU_CORES": table, "CUDA_VISIBLE_DEVICES": "0,1"}, 2)
+    both = _pin({"HPO_GPU_CORES": table, "GPUS": "0,1"}, 2)
     assert both["pinned"] == [first, second]
     # fewer near CPUs than the trial asked for: left as it was
-    assert _pin({"HPO_GPU_CORES": table, "CUDA_VISIBLE_DEVICES": "1"}, 2)["pinned"] is None
-    assert _pin({"CUDA_VISIBLE_DEVICES": "1"}, 1)["pinned"] is None  # no layout known
+    assert _pin({"HPO_GPU_CORES": table, "GPUS": "1"}, 2)["pinned"] is None
+    assert _pin({"GPUS": "1"}, 1)["pinned"] is None  # no layout known
 
 
 def test_bad_gpu_cores_in_a_site_file_is_one_line(tmp_path: Path) -> None:

@@ -144,6 +144,14 @@ def test_ray_gets_no_more_cpus_than_the_step_may_use() -> None:
     assert NodeShare.from_env({}, "n1", usable=2).cpus is None  # not in Slurm: Ray counts
 
 
+def test_inside_a_step_the_jobs_share_comes_from_the_job() -> None:
+    # SLURM_CPUS_ON_NODE counts the step's CPUs (srun -c1); the job holds 4 on n2
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]", "SLURMD_NODENAME": "n2",
+           "SLURM_JOB_CPUS_PER_NODE": "8,4", "SLURM_CPUS_ON_NODE": "1"}
+    share = NodeShare.from_env(env, "n2", usable=1)
+    assert (share.cpus, share.job_cpus) == (1, 4) and share.short_of_cpus is not None
+
+
 @pytest.mark.parametrize(("value", "counts"), [
     ("4", [4]), ("4(x2)", [4, 4]), ("72,36(x2)", [72, 36, 36]), ("2(x1),1", [2, 1])])
 def test_expand_counts(value: str, counts: list[int]) -> None:

@@ -7,6 +7,7 @@ expanded here (`node[01-03,07]` -> node01, node02, node03, node07) instead of ca
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Mapping
@@ -201,6 +202,16 @@ def _cpus_per_node(env: Mapping[str, str], nodes: int) -> tuple[int, ...]:
     return tuple(counts) if len(counts) == nodes else ()
 
 
+def _job_cpus_on(env: Mapping[str, str], node: str) -> int | None:
+    """The job's CPUs on `node`: SLURM_JOB_CPUS_PER_NODE's entry for it (inside a step,
+    SLURM_CPUS_ON_NODE counts the step's own), else SLURM_CPUS_ON_NODE."""
+    with contextlib.suppress(SlurmEnvironmentError, ValueError):
+        alloc = Allocation.from_env(env)
+        if node in alloc.nodes and alloc.cpus:
+            return alloc.cpus_on(node)
+    return parse_cpus(lookup(env, "cpus_on_node"))
+
+
 @dataclass(frozen=True)
 class NodeShare:
     """What this job may use on the node a process runs on (read inside an srun step)."""
@@ -216,7 +227,7 @@ class NodeShare:
         """`usable`: the CPUs this step may run on (usable_cpus()). Ray gets no more than
         that, whatever the job holds: a trial beyond the mask would only share its cores."""
         name = lookup(env, "node_name") or hostname.split(".")[0]
-        job_cpus = parse_cpus(lookup(env, "cpus_on_node"))
+        job_cpus = _job_cpus_on(env, name)
         cpus = job_cpus if usable is None or job_cpus is None else min(job_cpus, usable)
         return cls(name, cpus, tuple(node_gpus(env)), job_cpus)
 

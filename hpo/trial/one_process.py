@@ -31,7 +31,7 @@ def with_session(func: Trainable, checkpoint_every: int, cpus: float = 1) -> Tra
     def run_trial(config: dict[str, Any]) -> Any:
         _keep_earlier_output()
         _use_cpus(cpus)
-        placement.pin_near(placement.visible_gpus(), int(cpus))
+        placement.pin_near(placement.own_gpus(), int(cpus))
         try:
             with cost.metered(), session.trial_session(checkpoint_every):
                 return func(config)

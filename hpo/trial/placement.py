@@ -25,10 +25,14 @@ def gpu_cores(value: str) -> dict[str, set[int]]:
     return table
 
 
-def visible_gpus(env: Mapping[str, str] = os.environ) -> list[str]:
-    """The node's GPU ids Ray gave this process (CUDA's, else HIP's list)."""
-    value = env.get("CUDA_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES") or ""
-    return [g.strip() for g in value.split(",") if g.strip()]
+def own_gpus() -> list[str]:
+    """The node's ids of the GPUs Ray gave this worker (a trial's, or a rank's own); none for
+    a CPU-only trial, whose CUDA_VISIBLE_DEVICES may still list every GPU of the node."""
+    import ray
+
+    if not ray.is_initialized():
+        return []
+    return [str(gpu) for gpu in ray.get_gpu_ids()]
 
 
 def pin_near(gpus: list[str], cpus_wanted: int,

@@ -72,7 +72,7 @@ def run_rank(func: Any, config: dict[str, Any], backend: dist.Backend, channel: 
     import torch
 
     torch.set_num_threads(threads)  # one rank per bundle: use its CPUs, not the node's
-    placement.pin_near(_own_gpus(backend), threads)
+    placement.pin_near(placement.own_gpus(), threads)  # Ray's, even where Horovod widens
     # The rank is in the environment before init (Horovod's RayExecutor, or DdpGroup), so
     # the backend's own start-up lines reach the log too.
     rank = os.environ["HOROVOD_RANK" if backend == "horovod" else "RANK"]
@@ -81,16 +81,6 @@ def run_rank(func: Any, config: dict[str, Any], backend: dist.Backend, channel: 
         stopped = _run_trainable(func, config, backend, channel, checkpoint, checkpoint_every)
     return RankEnd(os.getpid(), stopped, dist.backend() == "none", fresh.held_cuda_bytes(),
                    fresh.idle_cuda_bytes() + dist.ddp_bucket_bytes())
-
-
-def _own_gpus(backend: dist.Backend) -> list[str]:
-    """This rank's GPU: Ray gives each rank one; Horovod widens the list to its ranks on the
-    node, in local-rank order."""
-    gpus = placement.visible_gpus()
-    local = os.environ.get("HOROVOD_LOCAL_RANK", "")
-    if backend == "horovod" and len(gpus) > 1 and local.isdigit() and int(local) < len(gpus):
-        return [gpus[int(local)]]
-    return gpus
 
 
 def _run_trainable(func: Any, config: dict[str, Any], backend: dist.Backend, channel: Any,

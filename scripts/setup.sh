@@ -44,6 +44,7 @@ test_system_packages=(
   slurmd
   slurm-client
   munge
+  lmod  # a real `module` in the test cluster's jobs (site modules; tests/test_slurm_testcluster.py)
 )
 if [ -n "$extras" ] && [ ${#test_system_packages[@]} -gt 0 ]; then
   missing=()

@@ -50,8 +50,11 @@ def _study(tmp_path: Path) -> tuple[Path, Path]:
     exp_dir.mkdir(parents=True)
     job_dir.mkdir(parents=True, mode=0o700)
     (job_dir / TOKEN_FILE).write_text("x")
+    venv = tmp_path / "venv"  # the study's own venv, which render checks exists
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").touch()
     settings = SlurmSettings(nodes=3, time="01:00:00", partition="booster", signal_seconds=120,
-                             venv="/opt/venv")
+                             venv=str(venv))
     publish(exp_dir, "41", job_dir, "s", settings)
     return exp_dir, job_dir
 
@@ -66,7 +69,7 @@ def test_dry_run_prints_a_join_script_and_submits_nothing(tmp_path: Path) -> Non
     assert "#SBATCH --job-name=s-join" in lines and "#SBATCH --signal=B:USR1@120" in lines
     assert not [line for line in lines if "--requeue" in line]  # a joined job just leaves
     assert f"python -m hpo slurm worker {exp_dir} &" in lines
-    assert "source /opt/venv/bin/activate" in lines and "cd /work" in lines
+    assert f"source {tmp_path}/venv/bin/activate" in lines and "cd /work" in lines
 
 
 def test_status_lists_the_head_and_the_joined_nodes(tmp_path: Path) -> None:
@@ -180,7 +183,7 @@ def _listening(port: int) -> bool:
 def _space(slurm: SlurmTestCluster) -> Path:
     work = slurm.root / "work"
     space = work / "joined.yaml"
-    # each job takes a whole node (4 CPUs): the head's, and each joined job's, are distinct
+    # each job takes a whole node (its 2 CPUs): the head's, and each joined job's, distinct
     space.write_text(f"""\
 name: joined
 trainable: tests/study_trainables.py:steady
@@ -196,7 +199,7 @@ reuse_actors: false
 storage: {work / "results"}
 slurm:
   nodes: 1
-  cpus_per_node: 4
+  cpus_per_node: 2
   time: "00:20:00"
   signal_seconds: 60
   venv: {VENV}
@@ -236,13 +239,15 @@ def _trials_moved(exp_dir: Path) -> dict[str, int]:
     return moved
 
 
+@pytest.mark.slurm  # the real Slurm test cluster: not in the quick tier
+@pytest.mark.slow
 def test_jobs_join_a_running_study_leave_without_losing_or_doubling_work(
         slurm: SlurmTestCluster, outputs: list[str]) -> None:
     exp_dir = slurm.root / "work/results/joined"
     head = _sbatch(slurm, "submit", str(_space(slurm)))
     outputs.append(head)
     _wait_for(lambda: (exp_dir / JOIN_POINT).exists(), "the join point", head)
-    warned, cancelled = (_sbatch(slurm, "join", str(exp_dir), "--cpus-per-node", "4")
+    warned, cancelled = (_sbatch(slurm, "join", str(exp_dir), "--cpus-per-node", "2")
                          for _ in range(2))
     outputs += [warned, cancelled]
     _wait_for(lambda: _job(slurm, warned)["JobState"] == "RUNNING", "the join job", warned)
@@ -257,7 +262,7 @@ def test_jobs_join_a_running_study_leave_without_losing_or_doubling_work(
     assert _wait_job(slurm, warned)["ExitCode"] == "0:0", _output(warned)
     assert f"job {warned} left the study (SIGUSR1)" in _output(warned)
     _wait_job(slurm, cancelled)
-    last = _sbatch(slurm, "join", str(exp_dir), "--cpus-per-node", "4")
+    last = _sbatch(slurm, "join", str(exp_dir), "--cpus-per-node", "2")
     outputs.append(last)
     _wait_for(lambda: "hpo: joined joined" in _output(last), "the last job joined", last)
     head_job = _wait_job(slurm, head, timeout=400)
@@ -274,5 +279,10 @@ def test_jobs_join_a_running_study_leave_without_losing_or_doubling_work(
     # a moved trial went on from its last checkpoint (from step 1: lost before its first)
     assert moved and max(moved.values()) > 1, moved
     assert set(on_warned + on_cancelled) <= set(frame.index)
+    # every node's Ray, joined ones too, got its job's 2 CPUs there (srun -c: the step's mask
+    # holds them; without it, a step on this core-bound cluster has one)
+    for job in (head, warned, cancelled, last):
+        logs = [log.read_text() for log in (exp_dir / f"slurm-{job}").glob("ray-*.log")]
+        assert logs and all("--num-cpus=2 " in log for log in logs), (job, logs)
     assert not (exp_dir / JOIN_POINT).exists()
     _assert_nothing_left(slurm, head, warned, cancelled, last)

@@ -1,8 +1,10 @@
 """`hpo slurm submit` on a real multi-node Slurm (tests/slurm_testcluster.py), real Ray inside.
 
-The session's cluster has 3 nodes of 4 CPUs; jobs ask for 2 CPUs per node, so two jobs fit
-on the same nodes. Each test reads what a user would: the job's state and output file, and
-the experiment folder (`hostname` comes from Tune's own results).
+The session's cluster has 3 nodes of 2 CPUs, bound to real cores as sites bind them (a node
+cannot declare more CPUs than this machine has); jobs ask for 2 CPUs per node (a whole node),
+and those that share nodes with another job ask for 1 each. Each test reads what a user
+would: the job's state and output file, and the experiment folder (`hostname` comes from
+Tune's own results).
 """
 
 from __future__ import annotations
@@ -33,21 +35,30 @@ DP_TRAINABLES = Path(__file__).with_name("dp_trainables.py")
 GPU_TRAINABLES = Path(__file__).with_name("gpu_trainables.py")
 
 
+_STARTED: list[SlurmTestCluster] = []  # the run's one cluster, while it runs (see `slurm`)
+
+
 @pytest.fixture(scope="session")
 def slurm() -> Iterator[SlurmTestCluster]:
+    """The run's cluster. Each module that imports this fixture registers a copy of its own
+    (pytest keys fixtures by module), and each copy would start a cluster and hold it to the
+    end of the run (seen: 3 at once): every copy hands out the one kept here."""
+    if not _STARTED:
+        try:
+            _STARTED.append(SlurmTestCluster(nodes=3, cpus=2).__enter__())
+        except Unavailable as exc:  # never a silent skip: these tests are the Slurm feature
+            pytest.fail(f"cannot start the test Slurm cluster on this machine: {exc}. It "
+                        "needs root, network namespaces and `bash scripts/setup.sh --test`",
+                        False)
     try:
-        cluster = SlurmTestCluster(nodes=3, cpus=4).__enter__()
-    except Unavailable as exc:  # never a silent skip: these tests are the Slurm feature
-        pytest.fail(f"cannot start the test Slurm cluster on this machine: {exc}. It needs "
-                    "root, network namespaces and `bash scripts/setup.sh --test`", False)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+        yield _STARTED[0]
+    finally:  # session teardown: the first copy to end stops it
+        if _STARTED:
+            _STARTED.pop().stop()
 
 
 def _space(slurm: SlurmTestCluster, name: str, *, nodes: int, samples: int, steps: int,
-           sleep: float, extra: str = "", slurm_extra: str = "") -> Path:
+           sleep: float, extra: str = "", slurm_extra: str = "", cpus: int = 2) -> Path:
     work = slurm.root / "work"
     space = work / f"{name}.yaml"
     space.write_text(f"""\
@@ -64,7 +75,7 @@ checkpoint: {{frequency: 1, keep: 1}}
 storage: {work / "results"}
 {extra}slurm:
   nodes: {nodes}
-  cpus_per_node: 2
+  cpus_per_node: {cpus}
   time: "00:20:00"
   signal_seconds: 60
   venv: {VENV}
@@ -155,14 +166,19 @@ def test_ray_spans_all_nodes_and_trials_run_on_several(slurm: SlurmTestCluster,
     assert len(frame) == 6 and set(frame["status"]) == {"TERMINATED"}, frame
     hosts = set(frame["hostname"])
     assert hosts <= {"node1", "node2", "node3"} and len(hosts) >= 2, hosts
-    assert (slurm.root / "work/results/span" / f"slurm-{job_id}" / "ray-node3.log").exists()
+    node_logs = slurm.root / "work/results/span" / f"slurm-{job_id}"
+    assert (node_logs / "ray-node3.log").exists()
+    # srun -c: each node's step may run on the job's 2 CPUs there, and Ray is told 2
+    assert all("--num-cpus=2 " in (node_logs / f"ray-{node}.log").read_text()
+               for node in ("node1", "node2", "node3"))
     _assert_nothing_left(slurm, job_id)
 
 
 def test_two_jobs_on_the_same_nodes(slurm: SlurmTestCluster, outputs: list[str]) -> None:
     same_nodes = '  sbatch: ["--nodelist=node[1-2]"]\n'
+    # one of each node's 2 CPUs per job: both jobs fit on node1-2 at once
     jobs = [_submit(slurm, _space(slurm, f"pair{k}", nodes=2, samples=4, steps=3, sleep=0.5,
-                                  slurm_extra=same_nodes)) for k in (1, 2)]
+                                  slurm_extra=same_nodes, cpus=1)) for k in (1, 2)]
     outputs.extend(jobs)
     heads = []
     for k, job_id in enumerate(jobs, start=1):
@@ -206,12 +222,13 @@ def test_two_rank_horovod_trial_across_two_nodes_trains_correctly(
 
 def _gpu_space(slurm: SlurmTestCluster, name: str, markers: Path, extra: str,
                slurm_extra: str) -> Path:
-    """4 processes holding a GPU at once on node1-2: the job asks 2 of each node's 4."""
+    """4 processes holding a GPU at once on node1-2: the job asks 2 of each node's 4 GPUs
+    and 1 of its 2 CPUs (the other job has the other), half a CPU per GPU process."""
     markers.mkdir()
     space = _space(slurm, name, nodes=2, samples=4 if "gpus_per_trial" in extra else 2,
                    steps=1, sleep=0.0, extra=f"max_concurrent: 4\n{extra}",
                    slurm_extra='  gpus_per_node: 2\n  sbatch: ["--nodelist=node[1-2]"]\n'
-                   + slurm_extra)
+                   + slurm_extra, cpus=1)
     text = space.read_text().replace("tests/study_trainables.py:steady",
                                      f"{GPU_TRAINABLES}:record_gpus")
     text = re.sub(r"constants: .*\n", f"constants: {{marker_dir: {markers}, expect: 4}}\n",
@@ -223,14 +240,15 @@ def _gpu_space(slurm: SlurmTestCluster, name: str, markers: Path, extra: str,
 
 def _allocated_gpus(slurm: SlurmTestCluster, job_id: str, timeout: float = 120) -> set[str]:
     """The GPU indices Slurm gave the running job on each node (`scontrol -d` shows them,
-    e.g. GRES=gpu:2(IDX:2-3), only while it runs)."""
+    e.g. GRES=gpu:2(IDX:2-3), or IDX:0,2 for the GPUs near one core, only while it runs)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         text = subprocess.run(["scontrol", "-d", "show", "job", job_id], env=slurm.env,
                               capture_output=True, text=True, check=True).stdout
         found = set()
-        for low, high in re.findall(r"IDX:(\d+)(?:-(\d+))?", text):
-            found |= {str(i) for i in range(int(low), int(high or low) + 1)}
+        for ranges in re.findall(r"IDX:([\d,-]+)", text):
+            for low, _, high in (r.partition("-") for r in ranges.split(",")):
+                found |= {str(i) for i in range(int(low), int(high or low) + 1)}
         if found:
             return found
         time.sleep(0.2)
@@ -239,16 +257,18 @@ def _allocated_gpus(slurm: SlurmTestCluster, job_id: str, timeout: float = 120) 
 
 def test_ranks_and_trials_get_distinct_gpus_from_slurm(slurm: SlurmTestCluster,
                                                         outputs: list[str]) -> None:
-    """Two jobs on the same 2 nodes, 2 of 4 GRES GPUs each per node: a job of 2 DDP trials
-    x 2 ranks (--gres form) and one of 4 whole-GPU trials (--gpus-per-node). The 8 processes
-    ran at once, and every one saw exactly one GPU, its own, among its job's allocation."""
+    """Two jobs on the same 2 nodes, 2 of 4 GRES GPUs and 1 of 2 CPUs each per node: a job
+    of 2 DDP trials x 2 ranks (--gres form) and one of 4 whole-GPU trials (--gpus-per-node).
+    The 8 processes ran at once, and every one saw exactly one GPU, its own, among its job's
+    allocation."""
     work = slurm.root / "work"
     ranks_dir, trials_dir = work / "gpu-ranks", work / "gpu-trials"
     jobs = [_submit(slurm, _gpu_space(
                 slurm, "gpuranks", ranks_dir, "distributed: {backend: ddp, workers: 2, "
-                "cpus_per_worker: 1, gpus_per_worker: 1}\n", "  gpu_option: gres\n")),
+                "cpus_per_worker: 0.5, gpus_per_worker: 1}\n", "  gpu_option: gres\n")),
             _submit(slurm, _gpu_space(slurm, "gputrials", trials_dir,
-                                      "resources: {cpus_per_trial: 1, gpus_per_trial: 1}\n", ""))]
+                                      "resources: {cpus_per_trial: 0.5, gpus_per_trial: 1}\n",
+                                      ""))]
     outputs.extend(jobs)
     allocated = [_allocated_gpus(slurm, job_id) for job_id in jobs]
     assert [len(a) for a in allocated] == [2, 2] and not allocated[0] & allocated[1], allocated

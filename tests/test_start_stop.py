@@ -61,7 +61,7 @@ def _assert_clean(proc: subprocess.Popen[str], tmp_path: Path, signame: str) -> 
 
 
 @pytest.mark.parametrize(("delay", "sig"), [
-    (1.0, signal.SIGINT), (3.0, signal.SIGINT), (6.0, signal.SIGTERM), (9.0, signal.SIGINT)])
+    (1.0, signal.SIGINT), (3.0, signal.SIGTERM), (6.0, signal.SIGINT), (9.0, signal.SIGINT)])
 def test_a_stop_at_any_instant_of_start_up(tmp_path: Path, delay: float, sig: int) -> None:
     proc = _started(tmp_path, _space(tmp_path, "tests/study_trainables.py:steady"))
     time.sleep(delay)

@@ -203,6 +203,7 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
     source = str(exp_dir / SPEC_FILE)
     spec = _saved_spec(exp_dir, source, trainable)
     preflight.before_ray(spec, source)
+    check_resumable(exp_dir)  # a damaged state: its one line, before anything reads it
     if _finished(exp_dir, spec):  # nothing to continue: no Ray, the results as they are
         return dataclasses.replace(_outcome(exp_dir, spec), finished_already=True)
     guard = _walltime(spec, source, time_limit_s)

@@ -95,6 +95,11 @@ def start_stops() -> Iterator[None]:
         yield
     except _Interrupted:
         raise stops.error() from None
+    except SystemExit as exc:  # SIGTERM while ray.init ran: Ray's own handler exits with 15
+        if exc.code != signal.SIGTERM:
+            raise
+        stops.fired_by = _SIGNALS[signal.SIGTERM]
+        raise stops.error() from None
     finally:
         stops.disarm()
         _current = None

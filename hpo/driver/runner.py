@@ -35,6 +35,7 @@ from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
 from hpo.spec.load import load_spec, spec_from_dict
 from hpo.spec.model import PYTHON_TRAINABLE, Spec
 from hpo.spec.plan import trial_count
+from hpo.trial.cost import Totals
 from hpo.trial.one_process import objects_in_store
 
 if TYPE_CHECKING:
@@ -280,7 +281,7 @@ def _missing_metric(tune_said: str, spec: Spec) -> str:
     names = [metric for metric, _ in spec.objectives]
     said, _, result = tune_said.partition("Result:")  # the metric, then the result it got
     missing = [n for n in names if f"`{n}`" in said or f"'{n}'" in said] or names
-    hpo_added = {"cpu_hours", "gpu_hours", "energy_j", "done"}  # hpo.trial.cost, Tune
+    hpo_added = {field.name for field in dataclasses.fields(Totals)} | {"done"}
     found = dict.fromkeys(re.findall(r"'([^'/]+)':", result))  # flat keys, in their order
     reported = [k for k in found if k not in {*AUTO_RESULT_KEYS, *DEBUG_METRICS, *hpo_added}]
     example = ", ".join(f"'{name}': ..." for name in missing)

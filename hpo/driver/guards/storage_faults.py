@@ -283,16 +283,12 @@ def storage_guard(exp_dir: Path) -> Iterator[StorageWatch]:
         raise watch.error()
 
 
-# What `hpo resume` has Tune read, the newest of each by name as Tune takes it: JSON, or
-# (cloud)pickle whatever the name says. Tune restarts the experiment afresh, silently, when
-# one cannot be read.
-_STATE_FILES = STATE_FILES
 
 
 def check_resumable(exp_dir: Path) -> None:
     """One line (exit 2) for a state file that `hpo resume` would read cut short or damaged
     (a full disk or a crash mid-write), naming it."""
-    for pattern, kind in _STATE_FILES:
+    for pattern, kind in STATE_FILES:
         found = sorted(exp_dir.glob(pattern))
         if not found or _whole(found[-1], kind):
             continue

@@ -13,7 +13,9 @@ import os
 from pathlib import Path
 
 STATE_RESERVE_FILE = "hpo.state-reserve"
-# What `hpo resume` has Tune read: (glob, how it is written) (see storage_faults).
+# What `hpo resume` has Tune read, the newest of each by name as Tune takes it: JSON, or
+# (cloud)pickle whatever the name says. Tune restarts the experiment afresh, silently, when
+# one cannot be read (storage_faults.check_resumable refuses it instead).
 STATE_FILES = (("experiment_state-*.json", "json"), ("tuner.pkl", "pickle"),
                ("basic-variant-state-*.json", "pickle"), ("search_gen_state-*.json", "pickle"),
                ("searcher-state-*.pkl", "pickle"), ("callback-states-*.pkl", "pickle"))

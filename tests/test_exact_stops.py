@@ -22,7 +22,8 @@ from stop_points import SPEC, StopAt
 
 import hpo
 from hpo.driver.guards.history import cut_after, fill_upto
-from hpo.driver.guards.stops import HeldStop, signals_restored, stopped_by
+from hpo.driver.guards.start_stop import start_stops, tune_takes_over
+from hpo.driver.guards.stops import _NAMES, HeldStop, signals_restored, stopped_by
 from hpo.errors import RunError
 
 STEPS = SPEC["constants"]["steps"]
@@ -236,4 +237,24 @@ def test_a_stop_waits_for_checkpoints_in_flight_then_reaches_tune() -> None:
         stop._held = (signal.SIGTERM, None, time.monotonic() - 1)  # its grace is over
         stop.on_step_end(3, [_Trial(True)])
         assert passed[-1] == signal.SIGTERM and stopped_by() == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_while_tunes_loop_starts_is_held_and_reaches_tune(signum: int) -> None:
+    """Between hpo's start-up handlers and Tune's own (Tune's loop starting): the stop is
+    noted, not the default action (SIGTERM's ended the process unsaved, SIGINT's raised
+    inside Tune's set-up), and HeldStop passes it to Tune once the loop runs."""
+    passed: list[int] = []
+    before = signal.getsignal(signal.SIGTERM)
+    with signals_restored(), start_stops():
+        tune_takes_over()
+        signal.raise_signal(signum)  # still here: noted
+        signal.signal(signal.SIGUSR1, lambda sig, frame: passed.append(sig))  # Tune's loop
+        stop = HeldStop(grace_s=60)
+        stop.setup()
+        stop.on_step_end(1, [_Trial(False)])
+        assert passed == [signum] and stopped_by() == _NAMES[signum]
+        stop.on_step_end(2, [_Trial(False)])
+        assert passed == [signum]  # once
     assert signal.getsignal(signal.SIGTERM) == before

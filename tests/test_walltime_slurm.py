@@ -110,16 +110,21 @@ def test_run_stops_at_the_end_minus_the_margin_requeues_and_finishes(
 
 def test_rasda_holds_a_rung_that_would_not_fit_requeues_and_grows_after(
         slurm: SlurmTestCluster, outputs: list[str]) -> None:
-    # One trial, rungs at 5 and 10 (max_t), 1 -> 2 ranks, 7 s of work a step on one rank
-    # (half that on two). Rung 5 comes 40-60 s after the set-up line (Ray's start, the ranks'
-    # start, 35 s of steps), before the first end's margin (72 s), and the guard estimates 5
-    # more steps at >= 35 s on 2 ranks (no speed-up assumed before one is measured), more than
-    # is left once rung 5 comes later than 37 s (it cannot come sooner): the trial holds on
-    # rung 5's checkpoint; with nothing else to run, the scheduler stops the run for the
-    # requeue.
+    # One trial, rungs at 5 and 10 (max_t), 1 -> 2 ranks, 12 s of work a step on one rank
+    # (half that on two), the first end 120 s after the set-up line, its margin 8 s (the
+    # deadline: 112 s). Rung 5 comes at u + v + 60 s (u: until the driver's guard starts, v:
+    # the ranks' start). There the guard estimates the 5 steps left at 60 s on 1 rank, more
+    # than the 52 - u - v s left, and at 90 s on 2 ranks (no speed-up assumed before one is
+    # measured, plus a 30 s restart), which is no more than the guard's whole allocation
+    # (112 - u s; work beyond that it lets run, as no requeue could fit it) while u <= 22 s:
+    # neither fits, so the trial holds on rung 5's checkpoint, and with nothing else to run
+    # the scheduler stops the run for the requeue (rung 5 comes before the deadline while
+    # u + v < 52 s). The window is 30 s wide because a step's 12 s, five times over, outweighs
+    # the 30 s restart; at 7 s a step it was 5 s wide, and a start a little slower or quicker
+    # let the trial grow, or go on on 1 rank, and finish in the first job.
     first = ('if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then '
-             'export SLURM_JOB_END_TIME=$(( $(date +%s) + 80 )); fi')
-    space = _space(slurm, "rasda-hold", nodes=1, samples=1, steps=10, sleep=7.0, extra=(
+             'export SLURM_JOB_END_TIME=$(( $(date +%s) + 120 )); fi')
+    space = _space(slurm, "rasda-hold", nodes=1, samples=1, steps=10, sleep=12.0, extra=(
         "scheduler: {type: rasda, max_t: 10, grace_period: 5, reduction_factor: 2}\n"
         "distributed: {backend: ddp, workers: 1, max_workers: 2, cpus_per_worker: 1}\n"),
         slurm_extra=f"  setup: ['{first}']\n")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hpo.driver.guards.start_stop import StoppedAtStart
 from hpo.driver.guards.storage_faults import storage_error
 from hpo.errors import HpoError
 
@@ -45,9 +48,21 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
             if state["debug"]:
                 traceback.print_exc()
             err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
+            if isinstance(error, StoppedAtStart):
+                _exit_at_once(error.exit_code)
             raise typer.Exit(error.exit_code) from None
 
     return wrapper
+
+
+def _exit_at_once(code: int) -> None:
+    """End without the interpreter's teardown: a stop that came while Ray started may have
+    broken a call in one of Ray's C++ threads, which then aborted the process (SIGABRT) in
+    the teardown after the line was printed (seen in CI). Everything is cleaned up by now:
+    Ray stopped and the run's folder and temp files are gone."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def finish(result: Any) -> None:

@@ -30,6 +30,7 @@ from hpo.cluster.slurm_env import NodeShare, lookup, ray_node_env, usable_cpus
 HEAD_FILE, CONFIG_FILE, TOKEN_FILE, NODES_DIR = "head.json", "config.json", "auth_token", "nodes"
 STOP_FILE = "stop"
 STOP_GRACE_S = 5.0
+START_ATTEMPTS = 3
 ROLES = ("head", "worker", "join")
 
 
@@ -146,17 +147,17 @@ def main(role: str, job_dir: Path) -> int:
     share = NodeShare.from_env(env, socket.gethostname())
     env = ray_node_env(env, share.gpus, str(cache))
     env.update(_gpu_cores_env(job_dir, env, share.name))
-    # Its own session: signals Slurm sends to this step's task do not reach Ray directly.
-    ray = subprocess.Popen(args, env=env, start_new_session=True)
     stopping: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda sig, _frame: stopping.append(sig))
     job_id = lookup(env, "job_id") or "0"
     try:
+        started = _RayProcess(role, args, env, job_dir)
         # The batch script asks for the stop with a file on the shared file system: a
         # signal through srun would reach every process of the step (raylet included).
-        while ray.poll() is None and not stopping and not _asked_to_stop(role, job_dir, job_id):
+        while started.running() and not stopping and not _asked_to_stop(role, job_dir, job_id):
             time.sleep(0.2)
+        ray = started.proc
         if ray.poll() is None:
             if role == "join" and (stopping or leave_file(job_dir, job_id).exists()):
                 # this job leaves a running study (not when the head's job is gone)
@@ -166,6 +167,38 @@ def main(role: str, job_dir: Path) -> int:
         return ray.returncode
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)
+
+
+class _RayProcess:
+    """`ray start --block`, started again when a worker's start fails within the job's
+    start-up time: Ray gives a raylet a fixed 30 s to register with the head, which a node
+    whose start competes for its cores (many nodes registering at once, a busy shared node)
+    can miss, while slurm.startup_timeout_s says how long the user lets start-up take."""
+
+    def __init__(self, role: str, args: list[str], env: dict[str, str], job_dir: Path) -> None:
+        self.args, self.env, self.retries = args, env, role != "head"
+        timeout = json.loads((job_dir / CONFIG_FILE).read_text())["timeout"]
+        self.deadline, self.attempt = time.monotonic() + timeout, 1
+        self.proc = self._start()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        # Its own session: signals Slurm sends to this step's task do not reach Ray directly.
+        return subprocess.Popen(self.args, env=self.env, start_new_session=True)
+
+    def running(self) -> bool:
+        code = self.proc.poll()
+        if code is None:
+            return True
+        if (not self.retries or code == 0 or self.attempt == START_ATTEMPTS
+                or time.monotonic() >= self.deadline):
+            return False
+        with contextlib.suppress(ProcessLookupError):  # what the failed start left running
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        print(f"hpo: Ray's start on this node failed (exit code {code}, attempt "
+              f"{self.attempt} of {START_ATTEMPTS}); starting it again", flush=True)
+        self.attempt += 1
+        self.proc = self._start()
+        return True
 
 
 def _gpu_cores_env(job_dir: Path, env: dict[str, str], node: str) -> dict[str, str]:

@@ -4,8 +4,9 @@ behind and the same command starts it again.
 
 Python leaves SIGINT ignored when it starts with SIGINT ignored (a command started with `&`
 from a script); `ray.init` replaces SIGTERM's handler with its own `sys.exit`. So the
-handlers are put in place at the start and again after Ray starts, and taken back just
-before Tune's loop, which installs its own (hpo.driver.guards.stops.HeldStop).
+handlers are put in place at the start and again after Ray starts. From just before Tune's
+loop a stop is only noted: Tune installs its handlers as its loop starts and HeldStop
+(hpo.driver.guards.stops) takes that stop over, so that it ends the run saved.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class _StartStops:
         # inside Ray's start (its C++ core, its threads) crashed the process (SIGSEGV,
         # SIGABRT). From then on the stop waits for the next check().
         self.interrupting = True
+        self.handed_over = False  # Tune's loop starts: a stop waits for HeldStop
+        self.pending: int | None = None
 
     def arm(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -59,6 +62,9 @@ class _StartStops:
         self.before.clear()
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self.handed_over:
+            self.pending = signum
+            return
         if self.fired_by is None:
             self.fired_by = _SIGNALS[signum]
             if self.interrupting:  # at once; code that swallows it meets check() later
@@ -120,7 +126,18 @@ def rearm() -> None:
 
 
 def tune_takes_over() -> None:
-    """Just before Tune's loop: its handlers (and hpo's HeldStop) take the signals."""
+    """Just before Tune's loop: its handlers (and hpo's HeldStop) take the signals; a stop
+    until they do is noted for HeldStop (Python's default handlers in between ended the
+    process unsaved: SIGTERM's kills it, SIGINT's raises inside Tune's set-up)."""
     if _current is not None:
         _current.check()
-        _current.disarm()
+        _current.handed_over = True
+
+
+def stop_before_tune() -> int | None:
+    """The stop signal that came after tune_takes_over() and before Tune's loop took the
+    signals (HeldStop.setup passes it on), once."""
+    if _current is None:
+        return None
+    pending, _current.pending = _current.pending, None
+    return pending

@@ -26,7 +26,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from hpo.driver.guards import storage_faults
+from hpo.driver.guards import start_stop, storage_faults
 
 _log = logging.getLogger("hpo.stops")
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
@@ -68,6 +68,9 @@ class HeldStop(Callback):
         self._tune = tune_handler
         for signum in _SIGNALS:
             signal.signal(signum, self._on_signal)
+        pending = start_stop.stop_before_tune()
+        if pending is not None:  # it came while Tune's loop started: held as any other
+            self._on_signal(pending, None)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         watch = storage_faults.current()

@@ -1,0 +1,107 @@
+"""A worker node's `ray start` that fails during start-up (Ray gives a raylet a fixed 30 s to
+register, which a busy node misses) is started again within slurm.startup_timeout_s, the
+processes the failed start left behind killed first; the head's is not retried."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hpo.cluster.node import CONFIG_FILE, START_ATTEMPTS, _RayProcess
+
+# Fails (leaving a child behind, as a failed raylet start can) until it has run `fails`
+# times, then runs like `ray start --block`.
+SCRIPT = """
+import os, subprocess, sys, time
+runs = sys.argv[1] + ".runs"
+n = len(open(runs).read()) if os.path.exists(runs) else 0
+open(runs, "a").write("x")
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open(sys.argv[1] + f".child{n}", "w").write(str(child.pid))
+if n < int(sys.argv[2]):
+    sys.exit(1)
+time.sleep(600)
+"""
+
+
+def _job_dir(tmp_path: Path, timeout: float) -> Path:
+    (tmp_path / CONFIG_FILE).write_text(json.dumps({"timeout": timeout}))
+    return tmp_path
+
+
+def _gone(pid: int) -> bool:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return raw[raw.rindex(")") + 2] == "Z"
+
+
+def _watch(ray: _RayProcess, seconds: float) -> bool:
+    """Poll as node.main does; True while it still runs after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not ray.running():
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture
+def groups() -> Iterator[list[int]]:
+    """The process groups a test started: killed at its end, whatever it left."""
+    started: list[int] = []
+    yield started
+    for pgid in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def _started(folder: Path, role: str, fails: int, groups: list[int],
+             timeout: float = 120) -> _RayProcess:
+    folder.mkdir(exist_ok=True)
+    args = [sys.executable, "-c", SCRIPT, str(folder / "ray"), str(fails)]
+    ray = _RayProcess(role, args, dict(os.environ), _job_dir(folder, timeout))
+    groups.append(ray.proc.pid)
+    return ray
+
+
+def _runs(folder: Path) -> int:
+    return len((folder / "ray.runs").read_text())
+
+
+def test_a_worker_whose_start_fails_is_started_again_and_its_leftovers_killed(
+        tmp_path: Path, groups: list[int]) -> None:
+    ray = _started(tmp_path, "worker", 1, groups)
+    groups.append(ray.proc.pid)
+    assert _watch(ray, 3.0)  # still running: the second start holds
+    groups.append(ray.proc.pid)
+    assert _runs(tmp_path) == 2 and ray.attempt == 2
+    left = int((tmp_path / "ray.child0").read_text())
+    deadline = time.monotonic() + 10
+    while not _gone(left) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(left)
+
+
+def test_retries_end_after_the_last_attempt(tmp_path: Path, groups: list[int]) -> None:
+    ray = _started(tmp_path, "join", START_ATTEMPTS, groups)
+    assert not _watch(ray, 30.0)
+    assert _runs(tmp_path) == START_ATTEMPTS and ray.proc.returncode == 1
+
+
+def test_no_retry_for_the_head_or_after_the_start_up_time(tmp_path: Path,
+                                                          groups: list[int]) -> None:
+    head = _started(tmp_path / "head", "head", 1, groups)
+    assert not _watch(head, 30.0) and _runs(tmp_path / "head") == 1
+    late = _started(tmp_path / "late", "worker", 1, groups, timeout=0.01)
+    time.sleep(0.05)
+    assert not _watch(late, 30.0) and _runs(tmp_path / "late") == 1

@@ -333,6 +333,16 @@ CASES = [
     Case("batch-schedule-typo", sub("  epochs: 2\n", "  epochs: 2\n  batch_schedule: "
                                     "{dubble_every: 2}\n"),
          "constants.batch_schedule.dubble_every", extra=("did you mean 'double_every'",)),
+    Case("searched-decay-unknown", BASE.replace(
+        "  batch_size:\n", "  batch_schedule.decay:\n    choice: [poly, cosin]\n  batch_size:\n"),
+         "search_space.batch_schedule.decay", "'cosin'", ("did you mean 'cosine'",)),
+    Case("searched-switch-beside-doublings", sub("  epochs: 2\n", "  epochs: 2\n  "
+                                                 "batch_schedule: {double_every: 2}\n",
+                                                 BASE.replace("  batch_size:\n",
+                                                 "  batch_schedule.switch_at:\n    randint: "
+                                                 "[1, 4]\n  batch_size:\n")),
+         "search_space.batch_schedule.switch_at", "switches the batch once",
+         ("give one of",)),
     Case("class-trainable-on-ranks", sub("trainable: trainables.digits:train",
                                          "trainable: ray.tune.utils.mock_trainable:"
                                          "MyTrainableClass", NO_RESOURCES + DIST),

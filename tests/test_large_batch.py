@@ -76,6 +76,39 @@ def test_the_start_ramps_from_the_reference_batch_goyal_warmup() -> None:
     assert [schedule.lr(0.1, 0, s, 8192) for s in range(3)] == pytest.approx([0.25, 0.4, 0.4])
 
 
+def test_the_seeds_schedule_switches_once_and_rewarms_the_lr() -> None:
+    """One switch from a small to a large global batch at a given epoch (seed 001: 512 to
+    16,384 after 20 epochs), the LR ramped in again at the switch."""
+    schedule = BatchSchedule.from_config({"batch_schedule": {
+        "start": 64, "max": 512, "switch_at": 3, "lr_rule": "linear", "ramp_steps": 2}})
+    assert [schedule.global_batch(e) for e in range(6)] == [64, 64, 64, 512, 512, 512]
+    items = 1024
+    assert schedule.lr(0.1, 2, 15, items) == pytest.approx(0.1)
+    assert [schedule.lr(0.1, 3, s, items) for s in range(3)] == pytest.approx([0.45, 0.8, 0.8])
+    assert schedule.first_epoch(5) == 3 and schedule.first_epoch(2) == 0
+
+
+def test_warmup_from_zero_then_a_decay_to_zero_at_the_last_epoch() -> None:
+    """The LARS/LAMB papers' shape: linear warm-up over steps counted across epochs, then
+    polynomial (power 2) or cosine decay with the training's progress."""
+    items = 1024  # 16 steps an epoch at 64, 8 at 128
+    config = {"epochs": 4, "batch_schedule": {"start": 64, "max": 128, "double_every": 2,
+                                              "warmup_steps": 20, "decay": "poly"}}
+    poly = BatchSchedule.from_config(config)
+    assert poly.lr(1.0, 0, 0, items) == pytest.approx(1 / 20 * (1 - 1 / 64) ** 2)
+    assert poly.lr(1.0, 1, 3, items) == pytest.approx((1 - 1.25 / 4) ** 2)  # step 20: warm
+    assert poly.lr(1.0, 2, 3, items) == pytest.approx((1 - 2.5 / 4) ** 2)  # 8 steps at 128
+    assert poly.lr(1.0, 3, 7, items) == 0.0  # the last step of the last epoch
+    cosine = BatchSchedule.from_config({**config, "batch_schedule.decay": "cosine",
+                                        "batch_schedule.warmup_steps": 0})
+    assert cosine.lr(1.0, 1, 15, items) == pytest.approx(0.5)  # half way
+    rates = [cosine.lr(1.0, e, s, items) for e in range(4) for s in range(cosine.steps(e, items))]
+    assert rates == sorted(rates, reverse=True) and rates[-1] == pytest.approx(0.0)
+    # the trainable's default length counts when the config has no `epochs`
+    default = BatchSchedule.from_config({"batch_schedule.decay": "poly"}, default_epochs=8)
+    assert default.epochs == 8
+
+
 def test_flat_searched_fields_win_over_the_nested_constants() -> None:
     schedule = BatchSchedule.from_config({"batch_schedule": {"start": 64, "double_every": 3},
                                           "batch_schedule.double_every": 1,
@@ -90,7 +123,7 @@ BAD = [  # config, the one line's start after "space.yaml: "
     ({"batch_schedule.strat": 64}, "batch_schedule.strat: unknown key 'strat'. Hint: did you "
      "mean 'start'?"),
     ({"batch_schedule": {"lr_rule": "sqr"}},
-     "batch_schedule.lr_rule: unknown rule 'sqr'. Hint: did you mean 'sqrt'?"),
+     "batch_schedule.lr_rule: unknown value 'sqr'. Hint: did you mean 'sqrt'?"),
     ({"batch_schedule": {"double_every": 0}},
      "batch_schedule.double_every: must be a positive whole number (got 0)."),
     ({"batch_schedule": {"ramp_steps": -1}},
@@ -104,6 +137,17 @@ BAD = [  # config, the one line's start after "space.yaml: "
      "batch_schedule.start: sets the first global batch, as batch_size does."),
     ({"batch_size": "big"}, "batch_size: must be a positive whole number (got 'big')."),
     ({"lr_reference_batch": 0}, "lr_reference_batch: must be a positive whole number"),
+    ({"batch_schedule": {"decay": "linear"}},
+     "batch_schedule.decay: unknown value 'linear'. Hint: "),
+    ({"batch_schedule.decay_power": 0}, "batch_schedule.decay_power: must be a number > 0 "
+     "(got 0). Hint: e.g. 2"),
+    ({"batch_schedule": {"warmup_steps": -5}},
+     "batch_schedule.warmup_steps: must be a whole number >= 0 (got -5)."),
+    ({"batch_schedule": {"switch_at": 0}},
+     "batch_schedule.switch_at: must be a positive whole number (got 0)."),
+    ({"batch_schedule": {"switch_at": 20, "double_every": 2}},
+     "batch_schedule.switch_at: switches the batch once, to max; double_every doubles it "
+     "repeatedly. Hint: give one of"),
 ]
 
 
@@ -114,6 +158,14 @@ def test_bad_values_fail_in_one_line_naming_the_key(config: dict, expected: str)
     message = str(caught.value)
     assert message.startswith(f"space.yaml: {expected}"), message
     assert "\n" not in message
+
+
+def test_a_decay_needs_the_length_of_training() -> None:
+    with pytest.raises(ConfigError, match=(
+            r"^trial config: batch_schedule.decay: poly decays the rate to the end of training, "
+            r"whose length is unknown. Hint: set the trial's `epochs`")):
+        BatchSchedule.from_config({"batch_schedule": {"decay": "poly"}})
+    check_trial_config({"batch_schedule": {"decay": "poly"}}, "space.yaml")  # epochs searched
 
 
 @pytest.mark.parametrize("key", sorted(REMOVED))

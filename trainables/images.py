@@ -18,8 +18,8 @@ image_size (16), train_size (4096), val_size (1024), noise (1.0), width (16), ep
 seed (0), lr (0.05: the rate at lr_reference_batch), optimizer ("sgd" | "adam" | "adamw" |
 "lars" | "lamb"), momentum (0.9), nesterov (False), weight_decay (0), precision ("fp32" |
 "bf16": autocast), channels_last (False), and hpo.trial.large_batch's keys: batch_size (256, the
-global batch), lr_reference_batch, batch_schedule {start, max, double_every, lr_rule,
-ramp_steps}.
+global batch), lr_reference_batch, batch_schedule {start, max, double_every | switch_at,
+lr_rule, ramp_steps, warmup_steps, decay, decay_power}.
 """
 
 from __future__ import annotations
@@ -127,7 +127,8 @@ def train(config: dict[str, Any]) -> None:
     check_config(config, dist.size())
     cfg = {**DEFAULTS, **config}
     schedule = BatchSchedule.from_config(config, workers=dist.size(),
-                                         default_batch=DEFAULT_BATCH)
+                                         default_batch=DEFAULT_BATCH,
+                                         default_epochs=cfg["epochs"])
     data = _on_device(cfg)
     if schedule.max > len(data[0]):
         raise ConfigError(SOURCE, "batch_schedule.max" if schedule.max > schedule.start else

@@ -127,14 +127,17 @@ def _tail(path: Path) -> str:
 def wait_ready(alloc: Allocation, job_dir: Path, steps: list[_Step], timeout: float) -> str:
     """Poll until every node joined with its resources; return the head's GCS address."""
     deadline = time.monotonic() + timeout
-    missing, address, client = list(alloc.nodes), None, None
+    missing, address, client, refused = list(alloc.nodes), None, None, ""
     while time.monotonic() < deadline:
         _check_steps(steps)
         head = job_dir / HEAD_FILE
         if address is None and head.exists():
             address = json.loads(head.read_text())["address"]
         if client is None and address is not None and _gcs_listening(address):
-            client = ray_private.gcs_client(address)
+            try:  # a GCS that listens may still refuse (seen once: our token rejected)
+                client = ray_private.gcs_client(address)
+            except Exception as exc:  # Ray's own errors: asked again until the deadline
+                refused = f" (the head's GCS refused: {' '.join(str(exc).split())[:200]})"
         if client is not None:
             with contextlib.suppress(Exception):  # GCS still starting
                 missing = _missing(job_dir, alloc, _alive_nodes(client))
@@ -143,7 +146,7 @@ def wait_ready(alloc: Allocation, job_dir: Path, steps: list[_Step], timeout: fl
         time.sleep(0.1)
     logs = ", ".join(str(s.log) for s in steps if s.node in missing)
     raise ClusterStartError(f"Ray cluster not ready after {timeout:.0f} s: "
-                            f"{', '.join(missing)} never joined. Hint: see {logs}; raise "
+                            f"{', '.join(missing)} never joined{refused}. Hint: see {logs}; raise "
                             "slurm.startup_timeout_s if the nodes are just slow")
 
 

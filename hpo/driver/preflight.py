@@ -48,13 +48,35 @@ def check_batch_keys(spec: Spec, source: str) -> None:
     from hpo.trial.large_batch import SCHEDULE, check_trial_config
 
     ours = isinstance(spec.trainable, str) and spec.trainable.startswith("trainables.")
-    if not ours and not any(k.split(".")[0] == SCHEDULE for k in spec.constants):
+    named = [*spec.constants, *spec.search_space]
+    if not ours and not any(k.split(".")[0] == SCHEDULE for k in named):
         return
-    try:
-        for workers in _rank_counts(spec):  # a growing trial's batch must split on each
+    for workers in _rank_counts(spec):  # a growing trial's batch must split on each
+        try:
             check_trial_config(spec.constants, source, workers)
-    except ConfigError as exc:
-        raise ConfigError(source, f"constants.{exc.path}", exc.message, exc.hint) from None
+        except ConfigError as exc:
+            raise ConfigError(source, f"constants.{exc.path}", exc.message, exc.hint) from None
+        for key, value in _searched_batch_values(spec):
+            try:
+                check_trial_config({**spec.constants, key: value}, source, workers)
+            except ConfigError as exc:
+                where = "search_space" if exc.path == key else "constants"
+                raise ConfigError(source, f"{where}.{exc.path}", exc.message,
+                                  exc.hint) from None
+
+
+def _searched_batch_values(spec: Spec) -> list[tuple[str, Any]]:
+    """The values of searched large-batch keys that can be told before a trial draws them:
+    every value of a choice or grid, the low end of a range (the keys' least values)."""
+    from hpo.trial.large_batch import SCHEDULE
+
+    found = []
+    for key, dist in spec.search_space.items():
+        if key.split(".")[0] == SCHEDULE or key in ("batch_size", "lr_reference_batch"):
+            values = dist.args if dist.kind in ("choice", "grid") else (
+                dist.bounds[:1] if dist.bounds else ())
+            found += [(key, value) for value in values]
+    return found
 
 
 def _rank_counts(spec: Spec) -> list[int]:

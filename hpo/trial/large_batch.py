@@ -12,7 +12,11 @@ rank count never enters the math, so a config takes the same steps on 1, 2 or 4 
       max: 1024                # the largest (default: start, i.e. a fixed batch)
       double_every: 2          # epochs between doublings (default 1)
       lr_rule: sqrt            # none | sqrt | linear: lr x rule(global batch / reference)
+      switch_at: 20            # or: one switch from start to max at this epoch (the seed's)
       ramp_steps: 50           # steps over which the LR moves to each new rate (default 0)
+      warmup_steps: 200        # steps over which the LR climbs from 0 at the start (default 0)
+      decay: poly              # none | poly | cosine: the LR falls to 0 at the last epoch
+      decay_power: 2           # poly's power (default 2, as You et al.'s LARS and LAMB)
       grow_at: [1, 2]          # epochs from which the batch is grow_factor x bigger again
       grow_factor: 2           # (the rasda scheduler writes both as it grows a trial's ranks)
 
@@ -28,39 +32,21 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hpo.errors import ConfigError
+from hpo.trial.batch_keys import DECAYS, FIELDS, LR_RULES, REMOVED, SCHEDULE, resolve
 
 if TYPE_CHECKING:
     import torch
 
-LR_RULES = ("none", "sqrt", "linear")
 OPTIMIZERS = ("sgd", "adam", "adamw", "lars", "lamb")
-SCHEDULE = "batch_schedule"
-FIELDS = ("start", "max", "double_every", "lr_rule", "ramp_steps", "grow_at", "grow_factor")
 SOURCE = "trial config"  # the source named in errors raised inside a trial
-
-# Keys of earlier versions: each fails naming what replaced it (what changed, the hint).
-REMOVED = {
-    "lr_scaling": ("the learning rate no longer follows the rank count",
-                   "`lr` is the rate at lr_reference_batch; batch_schedule.lr_rule "
-                   "(none|sqrt|linear) scales it with the global batch"),
-    "big_batch_size": ("the batch grows step by step now",
-                       "use batch_schedule.max: the batch doubles every "
-                       "batch_schedule.double_every epochs up to it"),
-    "big_batch_from_epoch": ("the batch grows step by step now",
-                             "use batch_schedule.double_every (epochs between doublings)"),
-    "big_batch_lr_scaling": ("renamed", "use batch_schedule.lr_rule (none|sqrt|linear)"),
-    "big_batch_warmup_epochs": ("renamed", "use batch_schedule.ramp_steps (optimizer steps "
-                                           "over which the LR moves to each new rate)"),
-    "warmup_epochs": ("the warm-up is the ramp from the reference rate now",
-                      "set lr_reference_batch below the first global batch, with "
-                      "batch_schedule.lr_rule and batch_schedule.ramp_steps"),
-}
+__all__ = ["DECAYS", "FIELDS", "LR_RULES", "OPTIMIZERS", "REMOVED", "SCHEDULE", "BatchSchedule",
+           "check_trial_config", "lr_for_batch", "make_optimizer", "set_lr"]
 
 
 def lr_for_batch(lr: float, batch: int, reference: int, rule: str) -> float:
@@ -113,17 +99,20 @@ def check_trial_config(config: Mapping[str, Any], source: str, workers: int = 1)
     Raises:
         ConfigError: one line naming the key path, the bad value and a hint.
     """
-    _resolve(config, source, workers, default_batch=None)
+    resolve(config, source, workers, default_batch=None)
 
 
 @dataclass(frozen=True)
 class BatchSchedule:
-    """A global batch that doubles every `double_every` epochs from `start` up to `max`, with
-    the LR moved by `lr_rule` against the `reference` batch and ramped over `ramp_steps`
-    optimizer steps at each growth (and at the start, from `lr` at the reference batch). From
-    each epoch in `grow_at` on, the batch is `grow_factor` times bigger again (RASDA's growth
-    with the ranks, on top of the doublings). A pure function of (epoch, step), so a restored
-    trial continues on the same rates."""
+    """A global batch that doubles every `double_every` epochs from `start` up to `max` (or
+    switches to `max` once, at epoch `switch_at`), with the LR moved by `lr_rule` against the
+    `reference` batch and ramped over `ramp_steps` optimizer steps at each growth (and at the
+    start, from `lr` at the reference batch). On top: a linear warm-up from 0 over the first
+    `warmup_steps` steps, and a decay to 0 at the end of `epochs` (`poly`: (1 - progress) **
+    `decay_power`, `cosine`), as the LARS and LAMB papers train. From each epoch in `grow_at`
+    on, the batch is `grow_factor` times bigger again (RASDA's growth with the ranks, on top of
+    the doublings). A pure function of (epoch, step), so a restored trial continues on the
+    same rates."""
 
     start: int
     max: int
@@ -133,20 +122,26 @@ class BatchSchedule:
     reference: int = 0  # lr_reference_batch; 0: start
     grow_at: tuple[int, ...] = ()
     grow_factor: int = 2
+    switch_at: int = 0  # 0: no switch (the doublings)
+    warmup_steps: int = 0
+    decay: str = "none"
+    decay_power: float = 2.0
+    epochs: int = 0  # the training's length, for the decay
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, workers: int = 1,
-                    default_batch: int = 256, source: str = SOURCE) -> BatchSchedule:
-        """The schedule a trial config asks for, checked as `check_trial_config` does."""
-        fields = _resolve(config, source, workers, default_batch)
-        return cls(fields["start"], fields["max"], fields["double_every"], fields["lr_rule"],
-                   fields["ramp_steps"], fields["reference"], fields["grow_at"],
-                   fields["grow_factor"])
+                    default_batch: int = 256, default_epochs: int | None = None,
+                    source: str = SOURCE) -> BatchSchedule:
+        """The schedule a trial config asks for, checked as `check_trial_config` does
+        (`epochs` from the config, else `default_epochs`: the trainable's default)."""
+        return cls(**resolve(config, source, workers, default_batch, default_epochs))
 
     def global_batch(self, epoch: int) -> int:
         return self._doubled(epoch) * self.grow_factor ** self._growths(epoch)
 
     def _doubled(self, epoch: int) -> int:
+        if self.switch_at:
+            return self.max if epoch >= self.switch_at else self.start
         return min(self.max, self.start * 2 ** (epoch // self.double_every))
 
     def _growths(self, epoch: int) -> int:
@@ -158,12 +153,25 @@ class BatchSchedule:
 
     def first_epoch(self, epoch: int) -> int:
         """The epoch at which this epoch's global batch began (cheap: called every step)."""
-        doublings = (-(-self._doubled(epoch) // self.start) - 1).bit_length()
-        grown = [at for at in self.grow_at if at <= epoch]
-        return max([doublings * self.double_every, *grown])
+        if self.switch_at:
+            changed = self.switch_at if epoch >= self.switch_at and self.max > self.start else 0
+        else:
+            changed = (-(-self._doubled(epoch) // self.start) - 1).bit_length() * self.double_every
+        return max([changed, *(at for at in self.grow_at if at <= epoch)])
 
     def lr(self, lr: float, epoch: int, step: int, items: int) -> float:
         """The rate at this step of this epoch, given `lr` at the reference batch."""
+        rate = self._ramped(lr, epoch, step, items)
+        if self.warmup_steps:
+            rate *= min(1.0, (self._steps_before(epoch, items) + step + 1) / self.warmup_steps)
+        if self.decay != "none" and self.epochs:
+            progress = min(1.0, (epoch + (step + 1) / self.steps(epoch, items)) / self.epochs)
+            rate *= ((1.0 - progress) ** self.decay_power if self.decay == "poly"
+                     else 0.5 * (1.0 + math.cos(math.pi * progress)))
+        return rate
+
+    def _ramped(self, lr: float, epoch: int, step: int, items: int) -> float:
+        """The rule's rate for this epoch's batch, ramped in from the batch before it."""
         reference = self.reference or self.start
         batch = self.global_batch(epoch)
         target = lr_for_batch(lr, batch, reference, self.lr_rule)
@@ -175,93 +183,11 @@ class BatchSchedule:
         previous = lr_for_batch(lr, before, reference, self.lr_rule)
         return previous + (target - previous) * done / self.ramp_steps
 
-
-def _resolve(config: Mapping[str, Any], source: str, workers: int,
-             default_batch: int | None) -> dict[str, Any]:
-    """Every schedule field, checked; with default_batch None an unknown start stays None."""
-    for key, (what, hint) in REMOVED.items():
-        if key in config:
-            raise ConfigError(source, key, f"removed ({key}: {config[key]!r}): {what}", hint)
-    given = {name: _field(name, value, source)
-             for name, value in _schedule_fields(config, source).items()}
-    batch_size = _whole("batch_size", config.get("batch_size"), source, 1)
-    if batch_size is not None and given.get("start") is not None:
-        raise ConfigError(source, f"{SCHEDULE}.start", "sets the first global batch, as "
-                          "batch_size does", "give one of batch_size and batch_schedule.start")
-    start_key = f"{SCHEDULE}.start" if given.get("start") is not None else "batch_size"
-    start = given.get("start") or batch_size or default_batch
-    top = given.get("max") or start
-    if start is not None and top is not None and top < start:
-        raise ConfigError(source, f"{SCHEDULE}.max", f"must be >= the first global batch "
-                          f"(got {top} < {start})", "raise batch_schedule.max or lower the start")
-    for key, batch in ((start_key, start), (f"{SCHEDULE}.max", given.get("max"))):
-        # the doublings of a start that splits split too; a `max` cap may not
-        if batch is not None and batch % workers:
-            raise ConfigError(source, key, f"global batch {batch} does not split over "
-                              f"distributed.workers={workers} ranks",
-                              f"use a multiple of {workers}, or change distributed.workers")
-    return {"start": start, "max": top, "double_every": given.get("double_every") or 1,
-            "lr_rule": given.get("lr_rule") or "none", "ramp_steps": given.get("ramp_steps") or 0,
-            "grow_at": given.get("grow_at") or (), "grow_factor": given.get("grow_factor") or 2,
-            "reference": _whole("lr_reference_batch", config.get("lr_reference_batch"),
-                                source, 1) or 0}
+    def _steps_before(self, epoch: int, items: int) -> int:
+        """Optimizer steps of the epochs before this one (the warm-up's clock)."""
+        return _steps_before(self, epoch, items)
 
 
-def _schedule_fields(config: Mapping[str, Any], source: str) -> dict[str, Any]:
-    nested = config.get(SCHEDULE) or {}
-    if not isinstance(nested, Mapping):
-        raise ConfigError(source, SCHEDULE, f"expected a mapping, got {nested!r}",
-                          f"write its fields as key: value pairs ({', '.join(FIELDS)})")
-    flat = {key[len(SCHEDULE) + 1:]: value for key, value in config.items()
-            if isinstance(key, str) and key.startswith(f"{SCHEDULE}.")}
-    fields = {**nested, **flat}  # a flat (searched) value wins over the constants' one
-    for name in fields:
-        if name not in FIELDS:
-            raise ConfigError(source, f"{SCHEDULE}.{name}", f"unknown key '{name}'",
-                              _did_you_mean(str(name), FIELDS))
-    return fields
-
-
-def _field(name: str, value: Any, source: str) -> Any:
-    path = f"{SCHEDULE}.{name}"
-    if name == "grow_at":
-        return _epochs(path, value, source)
-    if name != "lr_rule":
-        least = {"ramp_steps": 0, "grow_factor": 2}.get(name, 1)
-        return _whole(path, value, source, least)
-    if value not in LR_RULES:
-        raise ConfigError(source, path, f"unknown rule {value!r}",
-                          _did_you_mean(str(value), LR_RULES))
-    return value
-
-
-def _epochs(path: str, value: Any, source: str) -> tuple[int, ...]:
-    """Growth epochs: whole numbers >= 1, rising."""
-    if not isinstance(value, (list, tuple)):
-        raise ConfigError(source, path, f"expected a list of epochs, got {value!r}",
-                          "e.g. [1, 2] (the batch grows before epochs 1 and 2)")
-    epochs = tuple(_whole(f"{path}[{i}]", at, source, 1) or 0 for i, at in enumerate(value))
-    if list(epochs) != sorted(set(epochs)):
-        raise ConfigError(source, path, f"epochs must rise (got {list(value)})",
-                          "list each growth epoch once, in order")
-    return epochs
-
-
-def _whole(path: str, value: Any, source: str, least: int) -> int | None:
-    """A whole number >= least, or None when absent (a float such as 64.0 from a quniform
-    search counts as whole)."""
-    if value is None:
-        return None
-    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-    if number is None or not float(number).is_integer() or number < least:
-        kind = {0: "a whole number >= 0", 1: "a positive whole number"}.get(
-            least, f"a whole number >= {least}")
-        raise ConfigError(source, path, f"must be {kind} (got {value!r})",
-                          {0: "e.g. 0 or 50", 1: "e.g. 256"}.get(least, f"e.g. {least}"))
-    return int(number)
-
-
-def _did_you_mean(word: str, choices: tuple[str, ...]) -> str:
-    from hpo.spec._validation import did_you_mean  # the spec's own wording; error path only
-
-    return did_you_mean(word, list(choices))
+@functools.lru_cache(maxsize=64)
+def _steps_before(schedule: BatchSchedule, epoch: int, items: int) -> int:
+    return sum(schedule.steps(e, items) for e in range(epoch))

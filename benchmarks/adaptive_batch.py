@@ -81,6 +81,12 @@ ADAPTIVE = {  # overrides of the workload: the batch grows from its batch_size
 }
 
 
+# the batch doubles when the gradient noise scale measured on the ranks passes it (DDP only)
+NOISE_GROWN = {"batch_schedule": {"max": 256, "grow": "noise", "lr_rule": "sqrt",
+                                  "ramp_steps": 200, "warmup_steps": 300, "decay": "cosine"},
+               "optimizer": "lars", "lr": 3.0}
+
+
 def run_variant(args: argparse.Namespace, tmp: Path, name: str,
                 config: dict[str, Any]) -> list[dict]:
     """One `hpo run` of one trial: its results, one per epoch (each row also carries the CPU
@@ -174,7 +180,8 @@ def main() -> None:
     args = parser.parse_args()
     args.cpus = args.cpus or (1 if args.device == "cpu" else 4)
     base = {**WORKLOADS[args.device], **json.loads(args.config)}
-    variants = json.loads(args.variants) if args.variants else ADAPTIVE[args.device]
+    variants = json.loads(args.variants) if args.variants else ADAPTIVE[args.device] + (
+        [NOISE_GROWN] if args.ranks > 1 else [])
     started = time.monotonic()
     runs = []
     with tempfile.TemporaryDirectory(prefix="hpo-bench-adaptive-") as tmp:

@@ -343,6 +343,12 @@ CASES = [
                                                  "[1, 4]\n  batch_size:\n")),
          "search_space.batch_schedule.switch_at", "switches the batch once",
          ("give one of",)),
+    Case("noise-growth-under-horovod", sub("  epochs: 2\n", "  epochs: 2\n  batch_schedule: "
+                                           "{grow: noise}\n", NO_RESOURCES + DIST),
+         "distributed.backend", "horovod", ("DDP's gradient buckets", "backend: ddp")),
+    Case("noise-growth-on-one-process", sub("  epochs: 2\n", "  epochs: 2\n  batch_schedule: "
+                                            "{grow: noise}\n"),
+         "constants.batch_schedule.grow", "noise", ("distributed.workers >= 2",)),
     Case("class-trainable-on-ranks", sub("trainable: trainables.digits:train",
                                          "trainable: ray.tune.utils.mock_trainable:"
                                          "MyTrainableClass", NO_RESOURCES + DIST),

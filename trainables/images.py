@@ -25,7 +25,9 @@ lr_rule, ramp_steps, warmup_steps, decay, decay_power}.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import math
 import time
 from typing import Any
 
@@ -44,6 +46,7 @@ from hpo.trial.large_batch import (
     make_optimizer,
     set_lr,
 )
+from hpo.trial.noise_scale import NoiseScale
 
 DEFAULTS: dict[str, Any] = {
     "data": "synthetic", "multilabel": False, "classes": 10, "channels": 3, "image_size": 16,
@@ -139,17 +142,26 @@ def train(config: dict[str, Any]) -> None:
     model = _to_device(build_model(data[0].shape[1], classes, cfg["width"]), cfg)
     optimizer = make_optimizer(cfg["optimizer"], model.parameters(), cfg["lr"], cfg["momentum"],
                                cfg["weight_decay"], cfg["nesterov"])
-    start = _restore(model, optimizer)
+    start, schedule = _restore(model, optimizer, schedule)
     model, optimizer = dist.prepare(model, optimizer)
+    noise = NoiseScale.attach(model) if schedule.grow == "noise" else None
+    if schedule.grow == "noise" and noise is None:
+        raise ConfigError(SOURCE, "batch_schedule.grow", f"noise is measured on DDP's gradient "
+                          f"buckets, not under {dist.backend()}", "use distributed.backend: ddp")
     for epoch in range(start, cfg["epochs"]):
         began = time.perf_counter()
         train_loss, lr = _train_epoch(model, optimizer, data[:2], cfg, schedule, epoch)
         train_s = time.perf_counter() - began  # after the epoch's one host sync
         metrics = evaluate(model, data[2], data[3], cfg["multilabel"], cfg["precision"])
+        batch = schedule.global_batch(epoch)
+        if noise is not None:  # the same value on every rank: they grow together
+            metrics["noise_scale"] = noise.measure(batch) or math.nan
+            if metrics["noise_scale"] > batch:
+                schedule = schedule.grown(epoch + 1)
         state = {"model": dist.unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
-                 "epoch": epoch}
+                 "epoch": epoch, "noise_growths": list(schedule.noise_growths)}
         hpo.report({**metrics, "train_loss": train_loss, "epoch": epoch, "lr": lr,
-                    "global_batch": schedule.global_batch(epoch), "train_s": train_s},
+                    "global_batch": batch, "train_s": train_s},
                    checkpoint=state)  # written only when checkpoint.frequency says it is due
 
 
@@ -175,13 +187,16 @@ def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContex
     return contextlib.nullcontext()
 
 
-def _restore(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+def _restore(model: nn.Module, optimizer: torch.optim.Optimizer,
+             schedule: BatchSchedule) -> tuple[int, BatchSchedule]:
+    """The epoch to start at, and the schedule with the growths the noise scale asked for."""
     state = hpo.get_checkpoint()
     if state is None:
-        return 0
+        return 0, schedule
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
-    return int(state["epoch"]) + 1
+    grown = tuple(state.get("noise_growths", ()))
+    return int(state["epoch"]) + 1, dataclasses.replace(schedule, noise_growths=grown)
 
 
 def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer,

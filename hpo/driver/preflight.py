@@ -51,6 +51,7 @@ def check_batch_keys(spec: Spec, source: str) -> None:
     named = [*spec.constants, *spec.search_space]
     if not ours and not any(k.split(".")[0] == SCHEDULE for k in named):
         return
+    _check_noise_backend(spec, source)
     for workers in _rank_counts(spec):  # a growing trial's batch must split on each
         try:
             check_trial_config(spec.constants, source, workers)
@@ -63,6 +64,20 @@ def check_batch_keys(spec: Spec, source: str) -> None:
                 where = "search_space" if exc.path == key else "constants"
                 raise ConfigError(source, f"{where}.{exc.path}", exc.message,
                                   exc.hint) from None
+
+
+def _check_noise_backend(spec: Spec, source: str) -> None:
+    """`batch_schedule.grow: noise` (given or searched) measures on DDP's gradient buckets."""
+    from hpo.trial.large_batch import SCHEDULE
+
+    nested = spec.constants.get(SCHEDULE)
+    grows = [nested.get("grow") if isinstance(nested, dict) else None,
+             spec.constants.get(f"{SCHEDULE}.grow"),
+             *(value for key, value in _searched_batch_values(spec) if key == f"{SCHEDULE}.grow")]
+    backend = spec.distributed.backend if spec.distributed else None
+    if "noise" in grows and backend not in (None, "ddp"):
+        raise ConfigError(source, "distributed.backend", f"{backend}: batch_schedule.grow: "
+                          "noise is measured on DDP's gradient buckets", "use backend: ddp")
 
 
 def _searched_batch_values(spec: Spec) -> list[tuple[str, Any]]:

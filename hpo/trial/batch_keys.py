@@ -11,10 +11,11 @@ from hpo.errors import ConfigError
 
 LR_RULES = ("none", "sqrt", "linear")
 DECAYS = ("none", "poly", "cosine")
+GROWTHS = ("epochs", "noise")  # by double_every/switch_at; when B_noise passes the batch
 SCHEDULE = "batch_schedule"
-FIELDS = ("start", "max", "double_every", "switch_at", "lr_rule", "ramp_steps", "warmup_steps",
-          "decay", "decay_power", "grow_at", "grow_factor")
-_CHOICES = {"lr_rule": LR_RULES, "decay": DECAYS}
+FIELDS = ("start", "max", "grow", "double_every", "switch_at", "lr_rule", "ramp_steps",
+          "warmup_steps", "decay", "decay_power", "grow_at", "grow_factor")
+_CHOICES = {"lr_rule": LR_RULES, "decay": DECAYS, "grow": GROWTHS}
 _LEAST = {"ramp_steps": 0, "warmup_steps": 0, "grow_factor": 2}  # whole numbers; others >= 1
 
 # Keys of earlier versions: each fails naming what replaced it (what changed, the hint).
@@ -46,16 +47,14 @@ def resolve(config: Mapping[str, Any], source: str, workers: int,
     given = {name: _field(name, value, source)
              for name, value in _schedule_fields(config, source).items()}
     start, top = _batches(config, given, source, workers, default_batch)
-    if given.get("switch_at") is not None and given.get("double_every") is not None:
-        raise ConfigError(source, f"{SCHEDULE}.switch_at", "switches the batch once, to max; "
-                          "double_every doubles it repeatedly",
-                          "give one of batch_schedule.switch_at and batch_schedule.double_every")
+    _check_growth(given, source, workers)
     decay = given.get("decay") or "none"
     epochs = _whole("epochs", config.get("epochs"), source, 1) or default_epochs
     if decay != "none" and epochs is None and default_batch is not None:
         raise ConfigError(source, f"{SCHEDULE}.decay", f"{decay} decays the rate to the end "
                           "of training, whose length is unknown", "set the trial's `epochs`")
-    return {"start": start, "max": top, "double_every": given.get("double_every") or 1,
+    return {"start": start, "max": top, "grow": given.get("grow") or "epochs",
+            "double_every": given.get("double_every") or 1,
             "switch_at": given.get("switch_at") or 0,
             "lr_rule": given.get("lr_rule") or "none", "ramp_steps": given.get("ramp_steps") or 0,
             "warmup_steps": given.get("warmup_steps") or 0, "decay": decay,
@@ -63,6 +62,24 @@ def resolve(config: Mapping[str, Any], source: str, workers: int,
             "grow_at": given.get("grow_at") or (), "grow_factor": given.get("grow_factor") or 2,
             "reference": _whole("lr_reference_batch", config.get("lr_reference_batch"),
                                 source, 1) or 0}
+
+
+def _check_growth(given: dict[str, Any], source: str, workers: int) -> None:
+    """One way for the batch to grow: doublings, one switch, or the noise scale's call."""
+    if given.get("switch_at") is not None and given.get("double_every") is not None:
+        raise ConfigError(source, f"{SCHEDULE}.switch_at", "switches the batch once, to max; "
+                          "double_every doubles it repeatedly",
+                          "give one of batch_schedule.switch_at and batch_schedule.double_every")
+    if given.get("grow") != "noise":
+        return
+    for key in ("double_every", "switch_at"):
+        if given.get(key) is not None:
+            raise ConfigError(source, f"{SCHEDULE}.{key}", "is an epoch rule, and grow: noise "
+                              "lets the measured noise scale decide", f"drop {SCHEDULE}.{key}")
+    if workers < 2:
+        raise ConfigError(source, f"{SCHEDULE}.grow", "noise is measured from each rank's own "
+                          "gradient beside their mean, which one process does not have",
+                          "run the trial on distributed.workers >= 2 (backend: ddp)")
 
 
 def _batches(config: Mapping[str, Any], given: dict[str, Any], source: str, workers: int,

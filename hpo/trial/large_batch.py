@@ -13,6 +13,7 @@ rank count never enters the math, so a config takes the same steps on 1, 2 or 4 
       double_every: 2          # epochs between doublings (default 1)
       lr_rule: sqrt            # none | sqrt | linear: lr x rule(global batch / reference)
       switch_at: 20            # or: one switch from start to max at this epoch (the seed's)
+      grow: noise              # or: double when the gradient noise scale passes the batch
       ramp_steps: 50           # steps over which the LR moves to each new rate (default 0)
       warmup_steps: 200        # steps over which the LR climbs from 0 at the start (default 0)
       decay: poly              # none | poly | cosine: the LR falls to 0 at the last epoch
@@ -32,21 +33,30 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hpo.trial.batch_keys import DECAYS, FIELDS, LR_RULES, REMOVED, SCHEDULE, resolve
+from hpo.trial.batch_keys import (
+    DECAYS,
+    FIELDS,
+    GROWTHS,
+    LR_RULES,
+    REMOVED,
+    SCHEDULE,
+    resolve,
+)
 
 if TYPE_CHECKING:
     import torch
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "lars", "lamb")
 SOURCE = "trial config"  # the source named in errors raised inside a trial
-__all__ = ["DECAYS", "FIELDS", "LR_RULES", "OPTIMIZERS", "REMOVED", "SCHEDULE", "BatchSchedule",
-           "check_trial_config", "lr_for_batch", "make_optimizer", "set_lr"]
+__all__ = ["DECAYS", "FIELDS", "GROWTHS", "LR_RULES", "OPTIMIZERS", "REMOVED", "SCHEDULE",
+           "BatchSchedule", "check_trial_config", "lr_for_batch", "make_optimizer", "set_lr"]
 
 
 def lr_for_batch(lr: float, batch: int, reference: int, rule: str) -> float:
@@ -127,6 +137,8 @@ class BatchSchedule:
     decay: str = "none"
     decay_power: float = 2.0
     epochs: int = 0  # the training's length, for the decay
+    grow: str = "epochs"  # or "noise": doublings where `noise_growths` says
+    noise_growths: tuple[int, ...] = ()  # epochs from which the noise scale doubled it
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, workers: int = 1,
@@ -139,7 +151,17 @@ class BatchSchedule:
     def global_batch(self, epoch: int) -> int:
         return self._doubled(epoch) * self.grow_factor ** self._growths(epoch)
 
+    def grown(self, epoch: int) -> BatchSchedule:
+        """This schedule with the batch doubled from `epoch` on (the noise scale's call;
+        the trainable keeps `noise_growths` in its checkpoint)."""
+        if self.grow != "noise" or self._doubled(epoch) >= self.max:
+            return self
+        return dataclasses.replace(self, noise_growths=(*self.noise_growths, epoch))
+
     def _doubled(self, epoch: int) -> int:
+        if self.grow == "noise":
+            doublings = sum(1 for at in self.noise_growths if at <= epoch)
+            return min(self.max, self.start * 2 ** doublings)
         if self.switch_at:
             return self.max if epoch >= self.switch_at else self.start
         return min(self.max, self.start * 2 ** (epoch // self.double_every))
@@ -153,7 +175,9 @@ class BatchSchedule:
 
     def first_epoch(self, epoch: int) -> int:
         """The epoch at which this epoch's global batch began (cheap: called every step)."""
-        if self.switch_at:
+        if self.grow == "noise":
+            changed = max((at for at in self.noise_growths if at <= epoch), default=0)
+        elif self.switch_at:
             changed = self.switch_at if epoch >= self.switch_at and self.max > self.start else 0
         else:
             changed = (-(-self._doubled(epoch) // self.start) - 1).bit_length() * self.double_every

@@ -9,6 +9,7 @@ Config keys:
     sleep_s (1.0)   sleep_once: seconds to sleep before the single report
     rate (50)       stream: reports per second
     duration_s (20) stream: seconds of reporting (rate * duration_s reports in all)
+    reports (5000)  burst: reports sent as fast as the driver takes them
 """
 
 from __future__ import annotations
@@ -40,6 +41,15 @@ def stream(config: dict[str, Any]) -> None:
     for i in range(count):
         time.sleep(pause)
         hpo.report({"score": float(i)})
+
+
+def burst(config: dict[str, Any]) -> None:
+    """hpo: `reports` results without a pause, each with its wall time: the rate at which
+    the driver takes results (a report blocks until the driver has taken it)."""
+    import hpo
+
+    for i in range(int(config.get("reports", 5000))):
+        hpo.report({"score": float(i), "wall": time.time()})
 
 
 def raw_sleep_once(config: dict[str, Any]) -> None:

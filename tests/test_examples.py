@@ -26,6 +26,8 @@ SHRINK = {
     "images-ddp-pbt": ["num_samples=2", "constants.epochs=4", "constants.train_size=1024",
                        "constants.val_size=256"],
     "multi_objective": ["num_samples=4"],
+    "images-ddp-noise": ["num_samples=2", "constants.epochs=3", "scheduler.max_t=3",
+                         "constants.train_size=1024", "constants.val_size=256"],
     "images-ddp-rasda": ["num_samples=3", "constants.epochs=3", "scheduler.max_t=3",
                          "constants.train_size=1024", "constants.val_size=256"],
 }

@@ -4,14 +4,20 @@ DDP's default; B_noise follows McCandlish et al.'s estimator; the schedule's gro
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import socket
+from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from conftest import ROOT, trial_rows
 
+import hpo
 from hpo.errors import ConfigError
+from hpo.spec.load import load_spec
 from hpo.trial.large_batch import BatchSchedule, check_trial_config
 from hpo.trial.noise_scale import NoiseScale, noise_scale
 
@@ -121,3 +127,21 @@ def test_grow_noise_is_refused_where_it_cannot_run(config: dict, workers: int,
     with pytest.raises(ConfigError) as caught:
         check_trial_config({"batch_schedule": config}, "space.yaml", workers)
     assert str(caught.value).startswith(f"space.yaml: {says}"), str(caught.value)
+
+
+@pytest.mark.slow
+def test_a_ddp_trial_doubles_its_batch_where_the_measured_noise_scale_passes_it(
+        tmp_path: Path) -> None:
+    """The example's recipe through `hpo run` on 2 Gloo ranks: every epoch reports the noise
+    scale, and the next epoch's batch is twice this one's exactly where it passed the batch
+    (below max)."""
+    spec = load_spec(ROOT / "search_spaces/images-ddp-noise.yaml", [
+        "num_samples=1", "constants.epochs=4", "scheduler.max_t=4", "scheduler.grace_period=4",
+        "constants.train_size=2048", "constants.val_size=256"])
+    hpo.run(spec, storage=str(tmp_path), source="images-ddp-noise.yaml", keep_ray=False)
+    (rows,) = trial_rows(tmp_path / spec.name).values()
+    assert [r["training_iteration"] for r in rows] == [1, 2, 3, 4]
+    for this, after in itertools.pairwise(rows):
+        grows = this["noise_scale"] > this["global_batch"] and this["global_batch"] < 256
+        assert after["global_batch"] == this["global_batch"] * (2 if grows else 1), rows
+    assert all(math.isfinite(r["noise_scale"]) and r["noise_scale"] >= 0 for r in rows), rows

@@ -111,3 +111,35 @@ def test_rays_own_loggers_lose_the_rows(tmp_path: Path, logger_cls: Any,
     (remote / file_name).write_text(_rows(file_name, range(1, 2)))
     _restart_and_report(logger_cls(), trial)
     assert _rows_before_the_new_one(local / file_name) == _rows(file_name, range(1, 2))
+
+
+class _CountingWriter:
+    def __init__(self) -> None:
+        self.flushes, self.closed = 0, False
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+    def close(self) -> None:
+        self.flushes += 1
+        self.closed = True
+
+
+def test_tensorboard_flushes_on_a_timer_and_at_close() -> None:
+    """Ray flushes the TensorBoard writer after every result: here at most every FLUSH_S (a
+    clock the test steps), and always when the writer closes."""
+    from hpo.driver.plugins import trial_logs
+
+    now = [100.0]
+    inner = _CountingWriter()
+    writer = trial_logs._TimedFlush(inner, clock=lambda: now[0])
+    for _ in range(50):  # 50 results within FLUSH_S: no flush
+        writer.flush()
+        now[0] += trial_logs.FLUSH_S / 100
+    assert inner.flushes == 0
+    now[0] += trial_logs.FLUSH_S
+    writer.flush()
+    writer.flush()
+    assert inner.flushes == 1
+    writer.close()  # delegated: the close flushes what is left
+    assert inner.closed and inner.flushes == 2

@@ -200,9 +200,9 @@ def main() -> None:
             f"Command: `{command}` (run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
             f"took {took:.1f} min). Machine: {machine()}; {versions()}.", "",
             f"Workload: `trainables.images` with `{json.dumps(base)}`, {args.cpus} CPU(s) per "
-            f"trial. Target: the fixed run's best micro-F1 minus {100 * TARGET_DROP:.1f} points "
-            f"= {target:.3f}; times are the trial's own clock.", "", md_table(header, rows),
-            "", f"Verdict: {verdict(rows)}."]))
+            f"{'rank' if ranks else 'trial'}. Target: the fixed run's best micro-F1 minus "
+            f"{100 * TARGET_DROP:.1f} points = {target:.3f}; times are the trial's own clock.",
+            "", md_table(header, rows), "", f"Verdict: {verdict(rows)}."]))
     print(f"speed-up to F1 {target:.3f} in epochs: " + ", ".join(row[8] for row in rows[1:])
           + "; in seconds: " + ", ".join(row[9] for row in rows[1:]))
     print(verdict(rows))

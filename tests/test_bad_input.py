@@ -512,3 +512,21 @@ def test_a_rank_or_trial_must_fit_on_one_node(section: dict, nodes: list[dict],
             check_node_fits(spec, "x.yaml", nodes)
     else:
         check_node_fits(spec, "x.yaml", nodes)
+
+
+@pytest.mark.parametrize(("searched", "refused"), [
+    ("{quniform: [100, 1000, 64]}", False),  # Ray rounds the low end to 128: splits over 8
+    ("{qrandint: [100, 1000, 50]}", True),   # 100 can be drawn: does not split over 8
+])
+def test_a_searched_q_range_is_checked_at_its_lowest_draw(tmp_path: Path, searched: str,
+                                                          refused: bool) -> None:
+    space = tmp_path / "exp.yaml"
+    images = (NO_RESOURCES.replace("trainables.digits", "trainables.images")
+              .replace("    choice: [32, 64, 128]\n", f"    {searched}\n"))
+    space.write_text(images + "distributed:\n  backend: ddp\n  workers: 8\n")
+    result = CliRunner().invoke(app, ["validate", str(space)])
+    if refused:
+        assert result.exit_code == 2 and "search_space.batch_size: global batch 100" in (
+            result.output), result.output
+    else:
+        assert result.exit_code == 0, result.output

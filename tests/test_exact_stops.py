@@ -247,14 +247,22 @@ def test_a_stop_while_tunes_loop_starts_is_held_and_reaches_tune(signum: int) ->
     inside Tune's set-up), and HeldStop passes it to Tune once the loop runs."""
     passed: list[int] = []
     before = signal.getsignal(signal.SIGTERM)
-    with signals_restored(), start_stops():
-        tune_takes_over()
-        signal.raise_signal(signum)  # still here: noted
-        signal.signal(signal.SIGUSR1, lambda sig, frame: passed.append(sig))  # Tune's loop
-        stop = HeldStop(grace_s=60)
-        stop.setup()
-        stop.on_step_end(1, [_Trial(False)])
-        assert passed == [signum] and stopped_by() == _NAMES[signum]
-        stop.on_step_end(2, [_Trial(False)])
-        assert passed == [signum]  # once
+    with signals_restored():
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, as in `hpo`
+        with start_stops():
+            tune_takes_over()
+            ours = signal.getsignal(signal.SIGINT)
+            signal.raise_signal(signum)  # still here: noted
+            signal.signal(signal.SIGUSR1, lambda sig, frame: passed.append(sig))  # Tune's
+            stop = HeldStop(grace_s=60)
+            stop.setup()
+            stop.on_step_end(1, [_Trial(False)])
+            assert passed == [signum] and stopped_by() == _NAMES[signum]
+            stop.on_step_end(2, [_Trial(False)])
+            assert passed == [signum]  # once
+            # Tune puts back the handler it found (hpo's) once it acts on the stop: a second
+            # Ctrl+C then still ends the process, as Tune's own warning says
+            signal.signal(signal.SIGINT, ours)
+            with pytest.raises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)
     assert signal.getsignal(signal.SIGTERM) == before

@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,32 +45,34 @@ def _gone(pid: int) -> bool:
     return raw[raw.rindex(")") + 2] == "Z"
 
 
-def _watch(ray: _RayProcess, seconds: float) -> bool:
-    """Poll as node.main does; True while it still runs after `seconds`."""
+def _watch(ray: _RayProcess, seconds: float, until: Callable[[], bool] = lambda: False,
+           wanted: Callable[[], bool] = lambda: True) -> bool:
+    """Poll as node.main does, for `seconds` or until `until()`; True while it still runs."""
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not ray.running():
+    while time.monotonic() < deadline and not until():
+        if not ray.running(wanted):
             return False
         time.sleep(0.05)
     return True
 
 
 @pytest.fixture
-def groups() -> Iterator[list[int]]:
-    """The process groups a test started: killed at its end, whatever it left."""
-    started: list[int] = []
+def groups() -> Iterator[list[_RayProcess]]:
+    """The starts a test made: each one's last process group killed at the end, whatever it
+    left (a retry kills the groups before it)."""
+    started: list[_RayProcess] = []
     yield started
-    for pgid in started:
+    for ray in started:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
+            os.killpg(ray.proc.pid, signal.SIGKILL)
 
 
-def _started(folder: Path, role: str, fails: int, groups: list[int],
+def _started(folder: Path, role: str, fails: int, groups: list[_RayProcess],
              timeout: float = 120) -> _RayProcess:
     folder.mkdir(exist_ok=True)
     args = [sys.executable, "-c", SCRIPT, str(folder / "ray"), str(fails)]
     ray = _RayProcess(role, args, dict(os.environ), _job_dir(folder, timeout))
-    groups.append(ray.proc.pid)
+    groups.append(ray)
     return ray
 
 
@@ -79,11 +81,10 @@ def _runs(folder: Path) -> int:
 
 
 def test_a_worker_whose_start_fails_is_started_again_and_its_leftovers_killed(
-        tmp_path: Path, groups: list[int]) -> None:
+        tmp_path: Path, groups: list[_RayProcess]) -> None:
     ray = _started(tmp_path, "worker", 1, groups)
-    groups.append(ray.proc.pid)
-    assert _watch(ray, 3.0)  # still running: the second start holds
-    groups.append(ray.proc.pid)
+    assert _watch(ray, 120.0, until=lambda: (tmp_path / "ray.child1").exists())
+    assert _watch(ray, 1.0)  # still running: the second start holds
     assert _runs(tmp_path) == 2 and ray.attempt == 2
     left = int((tmp_path / "ray.child0").read_text())
     deadline = time.monotonic() + 10
@@ -92,16 +93,28 @@ def test_a_worker_whose_start_fails_is_started_again_and_its_leftovers_killed(
     assert _gone(left)
 
 
-def test_retries_end_after_the_last_attempt(tmp_path: Path, groups: list[int]) -> None:
+def test_retries_end_after_the_last_attempt(tmp_path: Path, groups: list[_RayProcess]) -> None:
     ray = _started(tmp_path, "join", START_ATTEMPTS, groups)
     assert not _watch(ray, 30.0)
     assert _runs(tmp_path) == START_ATTEMPTS and ray.proc.returncode == 1
 
 
 def test_no_retry_for_the_head_or_after_the_start_up_time(tmp_path: Path,
-                                                          groups: list[int]) -> None:
+                                                          groups: list[_RayProcess]) -> None:
     head = _started(tmp_path / "head", "head", 1, groups)
     assert not _watch(head, 30.0) and _runs(tmp_path / "head") == 1
     late = _started(tmp_path / "late", "worker", 1, groups, timeout=0.01)
     time.sleep(0.05)
     assert not _watch(late, 30.0) and _runs(tmp_path / "late") == 1
+    # a node asked to stop (the job ends) is not started again either
+    stopped = _started(tmp_path / "stopped", "worker", 1, groups)
+    stopped.proc.wait(timeout=60)  # its start failed, and the job asks the node to stop
+    assert not stopped.running(lambda: False) and stopped.attempt == 1
+    assert _runs(tmp_path / "stopped") == 1
+
+
+def test_a_running_node_asked_to_stop_is_not_running(tmp_path: Path,
+                                                     groups: list[_RayProcess]) -> None:
+    ray = _started(tmp_path, "worker", 0, groups)
+    assert _watch(ray, 120.0, until=lambda: (tmp_path / "ray.child0").exists())
+    assert not ray.running(lambda: False) and ray.proc.poll() is None  # main stops it next

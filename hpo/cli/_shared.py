@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -60,8 +61,9 @@ def _exit_at_once(code: int) -> None:
     broken a call in one of Ray's C++ threads, which then aborted the process (SIGABRT) in
     the teardown after the line was printed (seen in CI). Everything is cleaned up by now:
     Ray stopped and the run's folder and temp files are gone."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    with contextlib.suppress(OSError):  # a closed pipe: the exit code still tells
+        sys.stdout.flush()
+        sys.stderr.flush()
     os._exit(code)
 
 

@@ -135,7 +135,7 @@ def wait_ready(alloc: Allocation, job_dir: Path, steps: list[_Step], timeout: fl
             address = json.loads(head.read_text())["address"]
         if client is None and address is not None and _gcs_listening(address):
             try:  # a GCS that listens may still refuse (seen once: our token rejected)
-                client = ray_private.gcs_client(address)
+                client, refused = ray_private.gcs_client(address), ""
             except Exception as exc:  # Ray's own errors: asked again until the deadline
                 refused = f" (the head's GCS refused: {' '.join(str(exc).split())[:200]})"
         if client is not None:

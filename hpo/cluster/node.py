@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +156,8 @@ def main(role: str, job_dir: Path) -> int:
         started = _RayProcess(role, args, env, job_dir)
         # The batch script asks for the stop with a file on the shared file system: a
         # signal through srun would reach every process of the step (raylet included).
-        while started.running() and not stopping and not _asked_to_stop(role, job_dir, job_id):
+        while started.running(lambda: not stopping and not _asked_to_stop(role, job_dir,
+                                                                           job_id)):
             time.sleep(0.2)
         ray = started.proc
         if ray.poll() is None:
@@ -185,12 +187,14 @@ class _RayProcess:
         # Its own session: signals Slurm sends to this step's task do not reach Ray directly.
         return subprocess.Popen(self.args, env=self.env, start_new_session=True)
 
-    def running(self) -> bool:
+    def running(self, wanted: Callable[[], bool]) -> bool:
+        """Whether Ray runs and is `wanted` (not asked to stop); a failed start is started
+        again first if it may be."""
         code = self.proc.poll()
         if code is None:
-            return True
+            return wanted()
         if (not self.retries or code == 0 or self.attempt == START_ATTEMPTS
-                or time.monotonic() >= self.deadline):
+                or time.monotonic() >= self.deadline or not wanted()):
             return False
         with contextlib.suppress(ProcessLookupError):  # what the failed start left running
             os.killpg(self.proc.pid, signal.SIGKILL)

@@ -89,9 +89,18 @@ def _searched_batch_values(spec: Spec) -> list[tuple[str, Any]]:
     for key, dist in spec.search_space.items():
         if key.split(".")[0] == SCHEDULE or key in ("batch_size", "lr_reference_batch"):
             values = dist.args if dist.kind in ("choice", "grid") else (
-                dist.bounds[:1] if dist.bounds else ())
+                [_lowest_draw(dist.args)] if dist.bounds else [])
             found += [(key, value) for value in values]
     return found
+
+
+def _lowest_draw(args: tuple[Any, ...]) -> Any:
+    """The smallest value a range can draw: its low end, or for a q-range (low, high, q) the
+    multiple of q Ray rounds the low end to (quniform [100, 1000, 64] draws 128 first)."""
+    if len(args) < 3:
+        return args[0]
+    low, _, q = args
+    return round(low / q) * q
 
 
 def _rank_counts(spec: Spec) -> list[int]:

@@ -49,7 +49,9 @@ def resolve(config: Mapping[str, Any], source: str, workers: int,
     start, top = _batches(config, given, source, workers, default_batch)
     _check_growth(given, source, workers)
     decay = given.get("decay") or "none"
-    epochs = _whole("epochs", config.get("epochs"), source, 1) or default_epochs
+    epochs = None  # the training's length matters to the decay alone
+    if decay != "none":
+        epochs = _whole("epochs", config.get("epochs"), source, 1) or default_epochs
     if decay != "none" and epochs is None and default_batch is not None:
         raise ConfigError(source, f"{SCHEDULE}.decay", f"{decay} decays the rate to the end "
                           "of training, whose length is unknown", "set the trial's `epochs`")

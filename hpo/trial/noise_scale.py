@@ -29,8 +29,11 @@ class NoiseScale:
     """Squared gradient norms of one trial's steps, small (each rank's) and large (the mean)."""
 
     def __init__(self, device: torch.device) -> None:
+        self.device = device
         self.small = torch.zeros((), dtype=torch.float64, device=device)  # sum of |g_rank|^2
-        self.large = torch.zeros((), dtype=torch.float64, device=device)  # sum of |g_mean|^2
+        # sum of |g_mean|^2, one slot a bucket: the buckets' callbacks run at once (Gloo's
+        # threads, CUDA streams), each only ever adding to its own slot
+        self.large: dict[int, torch.Tensor] = {}
         self.steps = torch.zeros((), dtype=torch.float64, device=device)
 
     @classmethod
@@ -49,9 +52,10 @@ class NoiseScale:
         """B_noise from the steps since the last call (then forgotten); None when it cannot
         be told (no step, or a gradient whose signal drowned in the noise)."""
         ranks = dist.size()
-        totals = dist.allreduce_sum(torch.stack([self.small, self.large, self.steps]))
+        large = sum(self.large.values(), torch.zeros_like(self.small))
+        totals = dist.allreduce_sum(torch.stack([self.small, large, self.steps]))
         small_sum, large_sum, steps = (float(x) for x in totals.cpu())
-        for tally in (self.small, self.large, self.steps):
+        for tally in (self.small, self.steps, *self.large.values()):
             tally.zero_()
         if steps == 0 or ranks < 2:
             return None
@@ -85,9 +89,14 @@ def _allreduce_measured(state, bucket):  # type: ignore[no-untyped-def]  # noqa:
     buffer.div_(tdist.get_world_size())
     future = tdist.all_reduce(buffer, async_op=True).get_future()
 
+    index = bucket.index()
+
     def measured(done: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
         mean = done.value()[0]
-        state.large += _squared_norm(mean)
+        slot = state.large.get(index)
+        if slot is None:  # first step: this bucket's own slot (a dict store holds the GIL)
+            slot = state.large[index] = torch.zeros((), dtype=torch.float64, device=mean.device)
+        slot += _squared_norm(mean)
         return mean
 
     return future.then(measured)

@@ -12,6 +12,7 @@ loop a stop is only noted: Tune installs its handlers as its loop starts and Hel
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -44,6 +45,7 @@ class _StartStops:
         # SIGABRT). From then on the stop waits for the next check().
         self.interrupting = True
         self.handed_over = False  # Tune's loop starts: a stop waits for HeldStop
+        self.taken = False  # HeldStop took over: a signal here goes where it went before
         self.pending: int | None = None
 
     def arm(self) -> None:
@@ -61,7 +63,10 @@ class _StartStops:
                 signal.signal(signum, handler)
         self.before.clear()
 
-    def _on_signal(self, signum: int, _frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.taken:  # Tune put this handler back as its "original": a second Ctrl+C
+            _pass_to(self.before.get(signum), signum, frame)  # must still end the process
+            return
         if self.handed_over:
             self.pending = signum
             return
@@ -139,5 +144,15 @@ def stop_before_tune() -> int | None:
     signals (HeldStop.setup passes it on), once."""
     if _current is None:
         return None
+    _current.taken = True
     pending, _current.pending = _current.pending, None
     return pending
+
+
+def _pass_to(handler: Any, signum: int, frame: Any) -> None:
+    """What the handler before hpo's would have done: call it, or the default action."""
+    if callable(handler):
+        handler(signum, frame)
+    elif handler == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)

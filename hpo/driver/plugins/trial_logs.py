@@ -86,10 +86,10 @@ FLUSH_S = 5.0  # TensorBoard's events reach the disk at least this often, and at
 
 
 class _TimedFlush:
-    """A tensorboardX writer that flushes at most every FLUSH_S: Ray's logger flushes after
-    every result, which took a third of the driver's busy time at high result rates. The
-    record of truth is result.json (written row by row); a crash loses at most FLUSH_S of
-    TensorBoard's view, a stop or a trial's end none (closing flushes)."""
+    """A tensorboardX writer whose flush (Ray's logger asks after every result) runs at most
+    every FLUSH_S; between, tensorboardX's own thread flushes every `flush_secs`. The record
+    of truth is result.json (written row by row); a crash loses what TensorBoard's view got
+    since its last flush, a trial's end or a stop nothing (closing flushes)."""
 
     def __init__(self, writer: Any, clock: Callable[[], float] = time.monotonic) -> None:
         self._writer, self._clock = writer, clock

@@ -29,7 +29,6 @@ class NoiseScale:
     """Squared gradient norms of one trial's steps, small (each rank's) and large (the mean)."""
 
     def __init__(self, device: torch.device) -> None:
-        self.device = device
         self.small = torch.zeros((), dtype=torch.float64, device=device)  # sum of |g_rank|^2
         # sum of |g_mean|^2, one slot a bucket: the buckets' callbacks run at once (Gloo's
         # threads, CUDA streams), each only ever adding to its own slot

@@ -42,47 +42,43 @@ def on_cluster(spec: Spec, source: str, total: dict[str, float],
 
 def check_batch_keys(spec: Spec, source: str) -> None:
     """The large-batch keys among the constants (hpo.trial.large_batch: the global batch, the
-    reference batch, `batch_schedule`, the removed keys), checked before anything starts.
-    Only where they are hpo's: for the built-in trainables, or when `batch_schedule` is
-    given; a user's own trainable may mean something else by `warmup_epochs`."""
+    reference batch, `batch_schedule`, the removed keys), checked before anything starts,
+    with each searched value that can be told beforehand in their place. Only where they are
+    hpo's: for the built-in trainables, or when `batch_schedule` is given; a user's own
+    trainable may mean something else by `warmup_epochs`."""
     from hpo.trial.large_batch import SCHEDULE, check_trial_config
 
     ours = isinstance(spec.trainable, str) and spec.trainable.startswith("trainables.")
     named = [*spec.constants, *spec.search_space]
     if not ours and not any(k.split(".")[0] == SCHEDULE for k in named):
         return
-    _check_noise_backend(spec, source)
+    configs = [(spec.constants, None), *(({**spec.constants, key: value}, key)
+                                         for key, value in _searched_batch_values(spec))]
     for workers in _rank_counts(spec):  # a growing trial's batch must split on each
-        try:
-            check_trial_config(spec.constants, source, workers)
-        except ConfigError as exc:
-            raise ConfigError(source, f"constants.{exc.path}", exc.message, exc.hint) from None
-        for key, value in _searched_batch_values(spec):
+        for config, searched in configs:
             try:
-                check_trial_config({**spec.constants, key: value}, source, workers)
+                check_trial_config(config, source, workers)
             except ConfigError as exc:
-                where = "search_space" if exc.path == key else "constants"
+                where = "search_space" if exc.path == searched else "constants"
                 raise ConfigError(source, f"{where}.{exc.path}", exc.message,
                                   exc.hint) from None
+    _check_noise_backend(spec, source, [config for config, _ in configs])
 
 
-def _check_noise_backend(spec: Spec, source: str) -> None:
+def _check_noise_backend(spec: Spec, source: str, configs: list[dict[str, Any]]) -> None:
     """`batch_schedule.grow: noise` (given or searched) measures on DDP's gradient buckets."""
-    from hpo.trial.large_batch import SCHEDULE
+    from hpo.trial.batch_keys import schedule_fields
 
-    nested = spec.constants.get(SCHEDULE)
-    grows = [nested.get("grow") if isinstance(nested, dict) else None,
-             spec.constants.get(f"{SCHEDULE}.grow"),
-             *(value for key, value in _searched_batch_values(spec) if key == f"{SCHEDULE}.grow")]
     backend = spec.distributed.backend if spec.distributed else None
-    if "noise" in grows and backend not in (None, "ddp"):
+    if backend not in (None, "ddp") and any(
+            schedule_fields(config, source).get("grow") == "noise" for config in configs):
         raise ConfigError(source, "distributed.backend", f"{backend}: batch_schedule.grow: "
                           "noise is measured on DDP's gradient buckets", "use backend: ddp")
 
 
 def _searched_batch_values(spec: Spec) -> list[tuple[str, Any]]:
     """The values of searched large-batch keys that can be told before a trial draws them:
-    every value of a choice or grid, the low end of a range (the keys' least values)."""
+    every value of a choice or grid, the lowest draw of a range (the keys' least values)."""
     from hpo.trial.large_batch import SCHEDULE
 
     found = []

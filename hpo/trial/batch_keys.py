@@ -45,16 +45,17 @@ def resolve(config: Mapping[str, Any], source: str, workers: int,
         if key in config:
             raise ConfigError(source, key, f"removed ({key}: {config[key]!r}): {what}", hint)
     given = {name: _field(name, value, source)
-             for name, value in _schedule_fields(config, source).items()}
+             for name, value in schedule_fields(config, source).items()}
     start, top = _batches(config, given, source, workers, default_batch)
     _check_growth(given, source, workers)
     decay = given.get("decay") or "none"
     epochs = None  # the training's length matters to the decay alone
     if decay != "none":
         epochs = _whole("epochs", config.get("epochs"), source, 1) or default_epochs
-    if decay != "none" and epochs is None and default_batch is not None:
-        raise ConfigError(source, f"{SCHEDULE}.decay", f"{decay} decays the rate to the end "
-                          "of training, whose length is unknown", "set the trial's `epochs`")
+        if epochs is None and default_batch is not None:  # in the trial: it must be known
+            raise ConfigError(source, f"{SCHEDULE}.decay", f"{decay} decays the rate to the "
+                              "end of training, whose length is unknown",
+                              "set the trial's `epochs`")
     return {"start": start, "max": top, "grow": given.get("grow") or "epochs",
             "double_every": given.get("double_every") or 1,
             "switch_at": given.get("switch_at") or 0,
@@ -106,7 +107,9 @@ def _batches(config: Mapping[str, Any], given: dict[str, Any], source: str, work
     return start, top
 
 
-def _schedule_fields(config: Mapping[str, Any], source: str) -> dict[str, Any]:
+def schedule_fields(config: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The `batch_schedule` fields given, nested or flat (a flat, searched one wins); an
+    unknown field fails in one line."""
     nested = config.get(SCHEDULE) or {}
     if not isinstance(nested, Mapping):
         raise ConfigError(source, SCHEDULE, f"expected a mapping, got {nested!r}",

@@ -187,7 +187,7 @@ class BatchSchedule:
         """The rate at this step of this epoch, given `lr` at the reference batch."""
         rate = self._ramped(lr, epoch, step, items)
         if self.warmup_steps:
-            rate *= min(1.0, (self._steps_before(epoch, items) + step + 1) / self.warmup_steps)
+            rate *= min(1.0, (_steps_before(self, epoch, items) + step + 1) / self.warmup_steps)
         if self.decay != "none" and self.epochs:
             progress = min(1.0, (epoch + (step + 1) / self.steps(epoch, items)) / self.epochs)
             rate *= ((1.0 - progress) ** self.decay_power if self.decay == "poly"
@@ -207,11 +207,9 @@ class BatchSchedule:
         previous = lr_for_batch(lr, before, reference, self.lr_rule)
         return previous + (target - previous) * done / self.ramp_steps
 
-    def _steps_before(self, epoch: int, items: int) -> int:
-        """Optimizer steps of the epochs before this one (the warm-up's clock)."""
-        return _steps_before(self, epoch, items)
-
 
 @functools.lru_cache(maxsize=64)
 def _steps_before(schedule: BatchSchedule, epoch: int, items: int) -> int:
+    """Optimizer steps of the epochs before this one (the warm-up's clock), once a schedule
+    and epoch: `lr` asks at every step."""
     return sum(schedule.steps(e, items) for e in range(epoch))

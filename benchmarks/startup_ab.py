@@ -9,8 +9,6 @@ and the time `hpo --help` takes.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._ab import hpo_run_walls, worktree  # noqa: E402
 from benchmarks._common import (  # noqa: E402
     log,
     machine,
@@ -49,14 +48,8 @@ resources: {{cpus_per_trial: 1}}
 
 
 def one_run(checkout: Path, spec: Path, storage: Path, name: str) -> dict[str, float]:
-    """`python -m hpo run` from `checkout` (its own hpo package comes first on sys.path)."""
-    cmd = [sys.executable, "-m", "hpo", "run", str(spec), "--storage", str(storage),
-           "--name", name, "--cpus", "2"]
-    timed = run_timed(cmd, cwd=checkout, timeout_s=300)
-    walls = [json.loads(line)["wall"] for f in (storage / name).glob("*/result.json")
-             for line in f.read_text().splitlines() if line.strip()]
-    if timed.returncode or not walls:
-        raise SystemExit(f"{name} failed (rc {timed.returncode}):\n{timed.stderr[-2000:]}")
+    """`hpo run` from `checkout`, then `hpo --help` there."""
+    timed, walls = hpo_run_walls(checkout, spec, storage, name, timeout_s=300)
     helped = run_timed([sys.executable, "-m", "hpo", "--help"], cwd=checkout, timeout_s=60)
     if helped.returncode:
         raise SystemExit(f"hpo --help failed in {checkout}:\n{helped.stderr[-2000:]}")
@@ -65,13 +58,10 @@ def one_run(checkout: Path, spec: Path, storage: Path, name: str) -> dict[str, f
 
 
 def measure(args: argparse.Namespace, work: Path) -> tuple[list[dict], int]:
-    old = work / "old"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "-f", str(old), args.old],
-                   check=True)
     spec = work / "startup.yaml"
     spec.write_text(SPEC)
     pairs, dropped = [], 0
-    try:
+    with worktree(args.old, work / "old") as old:
         while len(pairs) < args.rounds:
             order = ["old", "new"] if len(pairs) % 2 == 0 else ["new", "old"]
             pair = {}
@@ -92,9 +82,6 @@ def measure(args: argparse.Namespace, work: Path) -> tuple[list[dict], int]:
             log(f"  pair {len(pairs)}: " + ", ".join(
                 f"{s} first {pair[s]['first_result_s']:.2f} s wall {pair[s]['wall_s']:.2f} s"
                 for s in order))
-    finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
-                       check=False)
     return pairs, dropped
 
 

@@ -12,8 +12,6 @@ trial until the driver has taken it, so this is the rate the driver sustains.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,12 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._ab import hpo_run_walls, worktree  # noqa: E402
 from benchmarks._common import (  # noqa: E402
     log,
     machine,
     md_table,
     median,
-    run_timed,
     text_table,
     versions,
     wait_until_quiet,
@@ -49,27 +47,17 @@ resources: {{cpus_per_trial: 1}}
 
 
 def one_run(checkout: Path, spec: Path, storage: Path, name: str) -> dict[str, float]:
-    """`python -m hpo run` from `checkout` (its own hpo package comes first on sys.path)."""
-    cmd = [sys.executable, "-m", "hpo", "run", str(spec), "--storage", str(storage),
-           "--name", name, "--cpus", "2"]
-    timed = run_timed(cmd, cwd=checkout, timeout_s=900)
-    walls = [json.loads(line)["wall"] for f in (storage / name).glob("*/result.json")
-             for line in f.read_text().splitlines() if line.strip()]
-    if timed.returncode or not walls:
-        raise SystemExit(f"{name} failed (rc {timed.returncode}):\n{timed.stderr[-2000:]}")
+    timed, walls = hpo_run_walls(checkout, spec, storage, name, timeout_s=900)
     return {"results_per_s": len(walls) / (max(walls) - min(walls)), "results": len(walls),
             "wall_s": timed.wall_s, "other_cpu_s": timed.other_cpu_s}
 
 
 def measure(args: argparse.Namespace, work: Path) -> list[dict]:
-    old = work / "old"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "-f", str(old), args.old],
-                   check=True)
     spec = work / "burst.yaml"
     spec.write_text(SPEC.format(trainable=ROOT / "benchmarks" / "workloads.py:burst",
                                 reports=args.reports))
     pairs = []
-    try:
+    with worktree(args.old, work / "old") as old:
         while len(pairs) < args.rounds:
             order = ["old", "new"] if len(pairs) % 2 == 0 else ["new", "old"]
             pair = {}
@@ -81,9 +69,6 @@ def measure(args: argparse.Namespace, work: Path) -> list[dict]:
             log(f"  pair {len(pairs)}: " + ", ".join(
                 f"{s} {pair[s]['results_per_s']:.0f} results/s (other CPU "
                 f"{pair[s]['other_cpu_s']:.1f} s)" for s in order))
-    finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
-                       check=False)
     return pairs
 
 

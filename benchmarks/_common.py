@@ -66,6 +66,7 @@ class OtherCpu:
     A process seen for the first time counts with all the CPU it has used since it started
     (or since the sampler started, for processes alive then); processes that start and end
     between two samples are missed, so this is a lower bound, good enough to flag a noisy run.
+    `tree_cpu_s`: the CPU time of our own tree (this process left out), by the same sampling.
     """
 
     def __init__(self, interval: float = 0.5) -> None:
@@ -83,6 +84,8 @@ class OtherCpu:
         now: dict[int, float] = {}
         for pid, (_, cpu, name) in table.items():
             if pid in self._ours:
+                if pid != os.getpid():
+                    self._tree[pid] = cpu
                 continue
             now[pid] = cpu
             if not first:
@@ -96,6 +99,7 @@ class OtherCpu:
     def __enter__(self) -> OtherCpu:
         self._seen: set[int] = set()
         self._ours: set[int] = set()
+        self._tree: dict[int, float] = {}
         self._sample(first=True)
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -110,6 +114,10 @@ class OtherCpu:
         if self._thread:
             self._thread.join()
         self._sample()
+
+    @property
+    def tree_cpu_s(self) -> float:
+        return sum(self._tree.values())
 
     def top(self, n: int = 3) -> str:
         items = sorted(self.busiest.items(), key=lambda kv: -kv[1])[:n]
@@ -147,6 +155,7 @@ class Timed:
     start_epoch: float  # time.time() just before the process was started
     stdout: str = ""
     stderr: str = ""
+    tree_cpu_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -160,7 +169,7 @@ def run_timed(cmd: Sequence[str], *, cwd: str | Path, env: dict[str, str] | None
                               timeout=timeout_s, check=False)
         wall = time.perf_counter() - t0
     return Timed(wall, proc.returncode, other.other_cpu_s, other.top(), start_epoch,
-                 proc.stdout, proc.stderr)
+                 proc.stdout, proc.stderr, other.tree_cpu_s)
 
 
 def log(*parts: Any) -> None:

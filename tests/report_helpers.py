@@ -12,6 +12,7 @@ import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -183,18 +184,23 @@ def write_experiment(root: Path, trials: int, iterations: int, hosts: int = 4,
     return exp
 
 
-def tensorboard_scalars(trial_dir: Path, tag: str) -> dict[int, float]:
-    """step -> value of one scalar over all events files of a trial (TFRecord framing)."""
+def tensorboard_events(trial_dir: Path) -> Iterator[Any]:
+    """Every Event of a trial's events files, file by file (TFRecord framing)."""
     from tensorboardX.proto.event_pb2 import Event
 
-    values: dict[int, float] = {}
     for path in sorted(trial_dir.glob("events.out.tfevents.*")):
         data, offset = path.read_bytes(), 0
         while offset < len(data):
             (length,) = struct.unpack("<Q", data[offset:offset + 8])
-            event = Event.FromString(data[offset + 12:offset + 12 + length])
+            yield Event.FromString(data[offset + 12:offset + 12 + length])
             offset += 12 + length + 4  # length, its crc, the record, its crc
-            for value in event.summary.value:
-                if value.tag == tag:
-                    values[event.step] = value.simple_value
+
+
+def tensorboard_scalars(trial_dir: Path, tag: str) -> dict[int, float]:
+    """step -> value of one scalar over all events files of a trial."""
+    values: dict[int, float] = {}
+    for event in tensorboard_events(trial_dir):
+        for value in event.summary.value:
+            if value.tag == tag:
+                values[event.step] = value.simple_value
     return dict(sorted(values.items()))

@@ -21,6 +21,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 from hpo.driver.plugins.trial_logs import CsvLogger, JsonLogger
 from hpo.driver.ray_session import embedded_ray
+from tests.report_helpers import tensorboard_events, tensorboard_scalars
 
 
 def _rows(file_name: str, iterations: range) -> str:
@@ -113,33 +114,39 @@ def test_rays_own_loggers_lose_the_rows(tmp_path: Path, logger_cls: Any,
     assert _rows_before_the_new_one(local / file_name) == _rows(file_name, range(1, 2))
 
 
-class _CountingWriter:
-    def __init__(self) -> None:
-        self.flushes, self.closed = 0, False
-
-    def flush(self) -> None:
-        self.flushes += 1
-
-    def close(self) -> None:
-        self.flushes += 1
-        self.closed = True
-
-
-def test_tensorboard_flushes_on_a_timer_and_at_close() -> None:
+def test_tensorboard_writes_at_once_and_flushes_on_a_timer_and_at_close(
+        tmp_path: Path) -> None:
     """Ray flushes the TensorBoard writer after every result: here at most every FLUSH_S (a
-    clock the test steps), and always when the writer closes."""
-    from hpo.driver.plugins import trial_logs
+    clock the test steps), and always when the writer closes; purge_step is marked as
+    tensorboardX marks it, and no writer thread is left behind."""
+    import threading
 
+    from hpo.driver.plugins import tb_events
+
+    threads = threading.active_count()
     now = [100.0]
-    inner = _CountingWriter()
-    writer = trial_logs._TimedFlush(inner, clock=lambda: now[0])
-    for _ in range(50):  # 50 results within FLUSH_S: no flush
+    writer = tb_events.TimedSummaryWriter(str(tmp_path), clock=lambda: now[0], purge_step=3,
+                                          filename_suffix=".x")
+    assert threading.active_count() == threads
+    for step in range(3, 53):  # 50 results within FLUSH_S: nothing flushed yet
+        writer.add_scalar("ray/tune/score", float(step), global_step=step)
         writer.flush()
-        now[0] += trial_logs.FLUSH_S / 100
-    assert inner.flushes == 0
-    now[0] += trial_logs.FLUSH_S
+        now[0] += tb_events.FLUSH_S / 100
+    assert tensorboard_scalars(tmp_path, "ray/tune/score") == {}
+    now[0] += tb_events.FLUSH_S
     writer.flush()
-    writer.flush()
-    assert inner.flushes == 1
-    writer.close()  # delegated: the close flushes what is left
-    assert inner.closed and inner.flushes == 2
+    assert tensorboard_scalars(tmp_path, "ray/tune/score") == {s: s for s in range(3, 53)}
+    writer.add_scalar("ray/tune/score", 53.0, global_step=53)
+    writer.flush()  # within FLUSH_S of the last flush
+    assert 53 not in tensorboard_scalars(tmp_path, "ray/tune/score")
+    writer.close()  # the close flushes what is left
+    assert tensorboard_scalars(tmp_path, "ray/tune/score") == {s: s for s in range(3, 54)}
+    assert _purge_marks(tmp_path) == [3]
+
+
+def _purge_marks(folder: Path) -> list[int]:
+    """The steps of the SessionLog.START events (TensorBoard drops the steps after one)."""
+    from tensorboardX.proto.event_pb2 import SessionLog
+
+    return [event.step for event in tensorboard_events(folder)
+            if event.session_log.status == SessionLog.START]

@@ -261,7 +261,7 @@ def _fit(tuner: Any, spec: Spec) -> None:
     from hpo.driver.guards.stops import signals_restored
 
     try:
-        with signals_restored(), node_losses_forgiven():
+        with signals_restored(), node_losses_forgiven(), translate.result_batches(spec):
             tuner.fit()
     except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
         if "did not include the specified metric" not in str(exc):

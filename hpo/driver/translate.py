@@ -4,7 +4,11 @@ distribution turns itself into Ray's object (`build()`, `to_tune()`); this modul
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +19,10 @@ from hpo.spec.distributions import Distribution
 from hpo.spec.model import Spec, is_class_trainable
 from hpo.spec.schedulers import Rasda
 from hpo.spec.searchers import Grid
+from hpo.trial.batched import MAX_ROWS, batching
 from hpo.trial.one_process import call_with_objects, class_with_objects, with_session
+
+_BUFFER_ENV = "TUNE_RESULT_BUFFER_LENGTH"
 
 
 def user_trainable(spec: Spec, source: str,
@@ -37,16 +44,48 @@ def trainable(spec: Spec, func: Any, holder: str | None = None) -> Any:
         return tune.with_resources(class_with_objects(func, holder) if holder else func, need)
     if holder:  # bound by name, never by value: a rank gets the refs, not a pickled copy
         func = functools.partial(call_with_objects, func, holder)
+    ends = result_batch_ends(spec)
     if spec.distributed:
         from hpo.trial.ranks.trial import distributed_trainable
 
-        wrapped = distributed_trainable(func, spec.distributed, spec.checkpoint.frequency)
+        wrapped = distributed_trainable(func, spec.distributed, spec.checkpoint.frequency, ends)
     else:
         need = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
-        wrapped = tune.with_resources(with_session(func, spec.checkpoint.frequency,
-                                                   need["cpu"]), need)
+        session_func = with_session(func, spec.checkpoint.frequency, need["cpu"])
+        if ends is not None:
+            batching(session_func, ends)
+        wrapped = tune.with_resources(session_func, need)
     wrapped.__name__ = name  # Tune names trials after it (a partial has no name of its own)
     return wrapped
+
+
+def result_batch_ends(spec: Spec) -> list[int] | None:
+    """The iterations at which a function trial's batch of results must end (its scheduler's
+    decision points and the stop's training_iteration); None: each result alone, as the
+    scheduler may pause a trial or decide on any row (hpo.trial.batched)."""
+    points = spec.scheduler.decision_points()
+    if points is None:
+        return None
+    stop_at = spec.stop.get("training_iteration")
+    return sorted({*points, math.ceil(stop_at)}) if stop_at is not None else points
+
+
+@contextlib.contextmanager
+def result_batches(spec: Spec) -> Iterator[None]:
+    """Let Tune ask trials for batches of results (read when Tune's controller starts) where
+    the spec's trainable batches them."""
+    if result_batch_ends(spec) is None:
+        yield
+        return
+    old = os.environ.get(_BUFFER_ENV)
+    os.environ[_BUFFER_ENV] = str(MAX_ROWS)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(_BUFFER_ENV, None)
+        else:
+            os.environ[_BUFFER_ENV] = old
 
 
 def param_space(spec: Spec) -> dict[str, Any]:

@@ -6,6 +6,7 @@ that `max_t`, `grace_period` and `perturbation_interval` all count epochs (repor
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
@@ -19,6 +20,17 @@ TimeAttr = Literal["training_iteration", "time_total_s"]
 class _Scheduler(Strict):
     def build(self) -> Any:  # pragma: no cover - every subclass but rasda overrides
         raise NotImplementedError
+
+    def decision_points(self) -> list[int] | None:
+        """The training iterations at which this scheduler may stop a trial, where its every
+        decision is STOP or CONTINUE; None where it may pause one, or decides on other rows
+        (hpo.trial.batched batches a trial's results between these points)."""
+        return None
+
+
+def _rung_count(ratio: float, reduction_factor: float, bracket: int) -> int:
+    """How many rungs Ray's ASHA bracket `bracket` has (async_hyperband._Bracket)."""
+    return int(math.log(ratio) / math.log(reduction_factor) - bracket + 1)
 
 
 def _check_grace(grace_period: int, max_t: int) -> None:
@@ -36,6 +48,10 @@ class Fifo(_Scheduler):
         from ray.tune.schedulers import FIFOScheduler
 
         return FIFOScheduler()
+
+    def decision_points(self) -> list[int] | None:
+        """FIFO decides nothing by itself (see _Scheduler.decision_points)."""
+        return []
 
 
 class Asha(_Scheduler):
@@ -59,6 +75,16 @@ class Asha(_Scheduler):
 
         return SeedableASHA(**self.model_dump(exclude={"type"}))
 
+    def decision_points(self) -> list[int] | None:
+        """Every bracket's rungs (as Ray's _Bracket places them) and max_t, as iterations."""
+        if self.time_attr != "training_iteration":
+            return None
+        rungs = {math.ceil(self.grace_period * self.reduction_factor ** (k + s))
+                 for s in range(self.brackets)
+                 for k in range(_rung_count(self.max_t / self.grace_period,
+                                            self.reduction_factor, s))}
+        return sorted(rungs | {self.max_t})
+
 
 class Rasda(_Scheduler):
     """ASHA whose promoted trials grow: at each rung passed, a data-parallel trial resumes
@@ -80,10 +106,7 @@ class Rasda(_Scheduler):
 
     def milestones(self) -> list[int]:
         """The rungs' iterations, as Ray's ASHA places them (one bracket: its _Bracket)."""
-        import math
-
-        count = int(math.log(self.max_t / self.grace_period) / math.log(self.reduction_factor)
-                    + 1)
+        count = _rung_count(self.max_t / self.grace_period, self.reduction_factor, 0)
         return [self.grace_period * self.reduction_factor ** k for k in range(count)]
     # No build(): the scheduler needs the ranks and the walltime (hpo.driver.translate).
 

@@ -9,8 +9,8 @@
 - TensorBoard: Ray's TBXLoggerCallback opens a new tensorboardX writer each time a trial
   (re)starts, and tensorboardX names its events file by the second and host only, opening it
   for writing: a trial restarted within the same second truncated its earlier file. Here every
-  writer gets its own file; TensorBoard merges the files of a trial's folder by step. Ray
-  flushes the writer after every result; here at most every FLUSH_S, and at its close.
+  writer gets its own file; TensorBoard merges the files of a trial's folder by step. The
+  events are written in the driver's thread and flushed on a timer (hpo.driver.plugins.tb_events).
 - A write that fails because the experiment's file system is full (or over quota, or read-only)
   is noted as the run's storage fault (which stops the run, resumable) instead of raising out
   of Tune's loop, which skipped Tune's last experiment snapshot.
@@ -82,35 +82,10 @@ class CsvLogger(_KeepsDriverCopy, CSVLoggerCallback):
         _noting_storage_faults(self._setup_trial, trial)
 
 
-FLUSH_S = 5.0  # TensorBoard's events reach the disk at least this often, and at each close
-
-
-class _TimedFlush:
-    """A tensorboardX writer whose flush (Ray's logger asks after every result) runs at most
-    every FLUSH_S; between, tensorboardX's own thread flushes every `flush_secs`. The record
-    of truth is result.json (written row by row); a crash loses what TensorBoard's view got
-    since its last flush, a trial's end or a stop nothing (closing flushes)."""
-
-    def __init__(self, writer: Any, clock: Callable[[], float] = time.monotonic) -> None:
-        self._writer, self._clock = writer, clock
-        self._flushed = clock()
-
-    def flush(self) -> None:
-        if self._clock() - self._flushed >= FLUSH_S:
-            self._writer.flush()
-            self._flushed = self._clock()
-
-    def __getattr__(self, name: str) -> Any:  # add_scalar, add_hparams, close, ...
-        if name.startswith("__") or name in ("_writer", "_clock"):  # a probe before __init__
-            raise AttributeError(name)
-        return getattr(self._writer, name)
-
-
 def _writer(logdir: str, **options: Any) -> Any:
-    from tensorboardX import SummaryWriter
+    from hpo.driver.plugins.tb_events import TimedSummaryWriter
 
-    return _TimedFlush(SummaryWriter(logdir, filename_suffix=f".{uuid.uuid4().hex[:8]}",
-                                     **options))
+    return TimedSummaryWriter(logdir, filename_suffix=f".{uuid.uuid4().hex[:8]}", **options)
 
 
 class TensorBoardLogger(_NotesStorageFaults, TBXLoggerCallback):

@@ -1,0 +1,135 @@
+"""hpo's orchestration overhead beside the tools a user would pick instead, in one run.
+
+Each tool runs the same trial (benchmarks/peer_runs.py: `steps` steps that sleep and report)
+as a whole process, launched and timed from here; the tools take turns within each round.
+Workloads (issue 36):
+  throughput  2 trials x 5,000 reports, no sleep: results/s from the trials' own clocks
+              (all reports / (the last report - the first)), i.e. what the driver takes;
+  util8       8 workers, 160 trials x 10 steps x 0.5 s (ideal wall 100 s);
+  util32      32 workers, 160 trials x 10 steps x 0.2 s (ideal wall 10 s);
+  scale64     64 workers, 640 trials x 20 steps x 0.2 s (ideal wall 40 s).
+Utilisation = trial time / (workers x the process's whole wall); "steady" uses the span from
+the first trial's start to the last one's end instead; "start" is the launch to the first
+trial's first step. "CPU/trial": CPU seconds of the tool's processes (the trials only sleep),
+sampled from /proc every 0.5 s, so a lower bound. Peers run from their own venvs
+(--syne-python, --deephyper-python: a venv with `syne-tune` / `deephyper` installed), left
+out when not given.
+
+    python benchmarks/overhead_peers.py --markdown docs/benchmarks.md \
+        --syne-python /work/peers/syne-tune/bin/python \
+        --deephyper-python /work/peers/deephyper/bin/python
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import (  # noqa: E402
+    env_with_root,
+    log,
+    machine,
+    md_table,
+    median,
+    run_when_quiet,
+    text_table,
+    versions,
+    write_section,
+)
+
+WORKLOADS = {  # trials, steps, sleep_s, workers
+    "throughput": (2, 5000, 0.0, 2),
+    "util8": (160, 10, 0.5, 8),
+    "util32": (160, 10, 0.2, 32),
+    "scale64": (640, 20, 0.2, 64),
+}
+TOOLS = ("hpo", "tune", "optuna", "syne", "deephyper")
+
+
+def one_run(python: str, tool: str, workload: str, work: Path) -> dict[str, float]:
+    trials, steps, sleep_s, workers = WORKLOADS[workload]
+    spans = work / "spans.jsonl"
+    cmd = [python, str(ROOT / "benchmarks" / "peer_runs.py"), tool, "--trials", str(trials),
+           "--steps", str(steps), "--sleep-s", str(sleep_s), "--workers", str(workers),
+           "--spans", str(spans), "--work", str(work)]
+    timed = run_when_quiet(cmd, env=env_with_root(), quiet_timeout=120, run_timeout=1800)
+    done = [json.loads(line) for line in spans.read_text().splitlines()] if spans.exists() else []
+    if timed.returncode or len(done) < trials:
+        raise RuntimeError(f"{tool} {workload}: rc {timed.returncode}, {len(done)}/{trials} "
+                           f"trials\n{timed.stderr[-1500:]}")
+    first, last = min(d["first"] for d in done), max(d["last"] for d in done)
+    busy = trials * steps * sleep_s
+    return {"wall_s": timed.wall_s, "start_s": first - timed.start_epoch,
+            "results_per_s": trials * steps / (last - first),
+            "utilisation": busy / (workers * timed.wall_s),
+            "steady": busy / (workers * (last - first)),
+            "cpu_per_trial": timed.tree_cpu_s / trials, "other_cpu_s": timed.other_cpu_s}
+
+
+def measure(args: argparse.Namespace, tools: dict[str, str]) -> dict[tuple[str, str], list]:
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for workload in args.workloads:
+        for round_ in range(args.rounds):
+            order = list(tools) if round_ % 2 == 0 else list(reversed(tools))
+            for tool in order:
+                with tempfile.TemporaryDirectory(prefix=f"peers-{tool}-") as work:
+                    try:
+                        run = one_run(tools[tool], tool, workload, Path(work))
+                    except RuntimeError as exc:  # said, and the others go on
+                        log(f"  FAILED {exc}")
+                        continue
+                runs.setdefault((workload, tool), []).append(run)
+                log(f"  {workload} {tool} round {round_ + 1}: " + ", ".join(
+                    f"{k} {v:.3g}" for k, v in run.items()))
+    return runs
+
+
+def rows(runs: dict[tuple[str, str], list[dict[str, float]]]) -> list[list[Any]]:
+    out = []
+    for (workload, tool), done in runs.items():
+        def med(key: str, done: list[dict[str, float]] = done) -> float:
+            return median([run[key] for run in done])
+        measure_ = (f"{med('results_per_s'):.0f} results/s" if workload == "throughput"
+                    else f"{med('utilisation'):.2f} (steady {med('steady'):.2f})")
+        out.append([workload, tool, len(done), measure_, f"{med('start_s'):.1f}",
+                    f"{med('wall_s'):.1f}", f"{med('cpu_per_trial'):.3f}"])
+    return out
+
+
+HEADER = ["workload", "tool", "runs", "throughput / utilisation (median)", "start s",
+          "wall s", "CPU s/trial"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS),
+                        default=list(WORKLOADS))
+    parser.add_argument("--tools", nargs="+", choices=TOOLS, default=list(TOOLS))
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--syne-python", default=None)
+    parser.add_argument("--deephyper-python", default=None)
+    parser.add_argument("--markdown", type=Path, default=None)
+    args = parser.parse_args()
+    pythons = {"hpo": sys.executable, "tune": sys.executable, "optuna": sys.executable,
+               "syne": args.syne_python, "deephyper": args.deephyper_python}
+    tools = {tool: pythons[tool] for tool in args.tools if pythons[tool]}
+    log(f"tools: {', '.join(tools)} (a peer without its --*-python is left out)")
+    table = rows(measure(args, tools))
+    print(text_table(HEADER, table))
+    if args.markdown:
+        command = "python benchmarks/overhead_peers.py " + " ".join(sys.argv[1:])
+        write_section(args.markdown, "overhead-peers", "\n\n".join([
+            "## Orchestration overhead beside the peers (issue 36)",
+            f"`{command}`", f"{machine()}; {versions()}.", md_table(HEADER, table)]))
+
+
+if __name__ == "__main__":
+    main()

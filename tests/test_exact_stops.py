@@ -87,18 +87,20 @@ def test_stop_between_row_and_checkpoint_then_resume_is_exact(
 
 @pytest.mark.slow
 def test_rows_after_the_last_checkpoint_are_cut_on_resume(tmp_path: Path) -> None:
-    """checkpoint.frequency 5: a stop at step 8 resumes from step 5; steps 6-8 are reported
-    again, and the history keeps them once."""
+    """checkpoint.frequency 5: a stop at step 8 resumes from step 5; steps 6-8 (and any the
+    trial sent in the same batch of results after 8, hpo.trial.batched) are reported again,
+    and the history keeps them once."""
     marker = tmp_path / "fired"
     spec = {**SPEC, "name": "f", "num_samples": 1, "checkpoint": {"frequency": 5, "keep": 1}}
     with pytest.raises(RunError, match="stopped by SIGUSR1"):
         hpo.run(spec, storage=str(tmp_path), keep_ray=True,
                 callbacks=[StopAt(signal.SIGUSR1, 0, 8, str(marker))])
     before = [r["training_iteration"] for r in next(iter(trial_rows(tmp_path / "f").values()))]
-    assert before == list(range(1, 9))
+    assert before == list(range(1, len(before) + 1)) and len(before) >= 8
     hpo.resume(tmp_path / "f", keep_ray=True)
     assert_exact(tmp_path / "f", trials=1)
-    assert "restarts from its checkpoint at iteration 5: 3 row(s) of result.json" in (
+    cut = len(before) - 5
+    assert f"restarts from its checkpoint at iteration 5: {cut} row(s) of result.json" in (
         tmp_path / "f" / "hpo.log").read_text()
 
 

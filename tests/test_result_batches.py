@@ -29,6 +29,12 @@ def fast(config: dict[str, Any]) -> None:
         hpo.report({"score": config["x"] * step})
 
 
+def fails(config: dict[str, Any]) -> None:
+    """Reports without a pause, then raises."""
+    fast(config)
+    raise ValueError(f"boom after {config['reports']}")
+
+
 def _spec(**extra: Any) -> dict[str, Any]:
     return {"name": "b", "trainable": "x:y", "metric": "score", "mode": "max",
             "num_samples": 1, "max_concurrent": 2, "resources": {"cpus_per_trial": 1},
@@ -90,7 +96,10 @@ class _Rows(BatchedResults):
         self._rows, self.batch_ends = iter(rows), ends
 
     def train(self) -> dict[str, Any]:
-        return next(self._rows)
+        row = next(self._rows)
+        if isinstance(row, Exception):
+            raise row
+        return row
 
 
 def test_a_batch_ends_at_a_decision_point_a_checkpoint_and_the_end() -> None:
@@ -103,6 +112,18 @@ def test_a_batch_ends_at_a_decision_point_a_checkpoint_and_the_end() -> None:
     assert got == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
     assert ends_batch({"__duplicate__": True}, frozenset())
     assert not ends_batch({"training_iteration": 4, "done": False}, frozenset({3}))
+
+
+def test_a_trials_error_reaches_tune_after_the_rows_it_reported_first() -> None:
+    error = ValueError("the trial's own")
+    trial = _Rows([{"training_iteration": 1}, {"training_iteration": 2}, error,
+                   {"training_iteration": 3}], frozenset())
+    assert [row["training_iteration"] for row in trial.train_buffered()] == [1, 2]
+    with pytest.raises(ValueError) as raised:
+        trial.train_buffered()
+    assert raised.value is error
+    # raised without asking the trial for another row
+    assert [row["training_iteration"] for row in trial.train_buffered()] == [3]
 
 
 @pytest.mark.slow
@@ -136,3 +157,11 @@ def test_a_stop_inside_a_batch_drops_the_rows_after_it(tmp_path: Path) -> None:
     spec = _spec(stop={"score": 150})
     hpo.run(spec, trainable=fast, storage=str(tmp_path), keep_ray=True)
     assert sorted(_iterations(tmp_path / "b")) == [list(range(1, 76)), list(range(1, 151))]
+
+
+@pytest.mark.slow
+def test_a_trial_that_fails_keeps_every_row_it_reported_and_its_cause(tmp_path: Path) -> None:
+    spec = _spec(search_space={"x": {"choice": [1.0]}})
+    result = hpo.run(spec, trainable=fails, storage=str(tmp_path), keep_ray=True)
+    assert _iterations(tmp_path / "b") == [list(range(1, REPORTS + 1))]
+    assert f"boom after {REPORTS}" in result.errors_summary()

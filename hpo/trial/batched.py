@@ -36,12 +36,22 @@ class BatchedResults:
     wrap_function puts before FunctionTrainable)."""
 
     batch_ends: frozenset[int] = frozenset()
+    _failed: Exception | None = None
 
     def train_buffered(self, *_tune_args: Any) -> list[dict[str, Any]]:
+        if self._failed is not None:  # the rows before it went out with the last batch
+            failed, self._failed = self._failed, None
+            raise failed
         rows: list[dict[str, Any]] = []
         deadline = time.monotonic() + BATCH_S
         while True:
-            row = self.train()  # type: ignore[attr-defined]  # the Trainable's
+            try:
+                row = self.train()  # type: ignore[attr-defined]  # the Trainable's
+            except Exception as exc:  # the trial's error: after the rows it reported first
+                if not rows:
+                    raise
+                self._failed = exc
+                return rows
             rows.append(row)
             if (ends_batch(row, self.batch_ends) or len(rows) >= MAX_ROWS
                     or time.monotonic() >= deadline):

@@ -4,16 +4,21 @@ Each tool runs the same trial (benchmarks/peer_runs.py: `steps` steps that sleep
 as a whole process, launched and timed from here; the tools take turns within each round.
 Workloads (issue 36):
   throughput  2 trials x 5,000 reports, no sleep: results/s from the trials' own clocks
-              (all reports / (the last report - the first)), i.e. what the driver takes;
+              (all reports / (the last report - the first)), i.e. what the driver takes
+              where a report waits for it (hpo, Tune), and for the whole process (all
+              reports / its wall time, the start included), the only fair figure for the
+              tools whose report returns before anyone has taken it (Optuna, Syne Tune,
+              DeepHyper keep or print it);
   util8       8 workers, 160 trials x 10 steps x 0.5 s (ideal wall 100 s);
   util32      32 workers, 160 trials x 10 steps x 0.2 s (ideal wall 10 s);
   scale64     64 workers, 640 trials x 20 steps x 0.2 s (ideal wall 40 s).
 Utilisation = trial time / (workers x the process's whole wall); "steady" uses the span from
 the first trial's start to the last one's end instead; "start" is the launch to the first
 trial's first step. "CPU/trial": CPU seconds of the tool's processes (the trials only sleep),
-sampled from /proc every 0.5 s, so a lower bound. Peers run from their own venvs
-(--syne-python, --deephyper-python: a venv with `syne-tune` / `deephyper` installed), left
-out when not given.
+sampled from /proc every 0.5 s, so a lower bound. hpo-warm: `hpo run` on a warm local Ray
+(`hpo local up` before the timed run, `hpo local down` after, neither timed). Peers run from
+their own venvs (--syne-python, --deephyper-python: a venv with `syne-tune` / `deephyper`
+installed), left out when not given.
 
     python benchmarks/overhead_peers.py --markdown docs/benchmarks.md \
         --syne-python /work/peers/syne-tune/bin/python \
@@ -23,9 +28,12 @@ out when not given.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +59,22 @@ WORKLOADS = {  # trials, steps, sleep_s, workers
     "util32": (160, 10, 0.2, 32),
     "scale64": (640, 20, 0.2, 64),
 }
-TOOLS = ("hpo", "tune", "optuna", "syne", "deephyper")
+TOOLS = ("hpo", "hpo-warm", "tune", "optuna", "syne", "deephyper")
+
+
+@contextlib.contextmanager
+def warm_ray(tool: str, python: str, workers: int, env: dict[str, str]) -> Iterator[None]:
+    """For hpo-warm: `hpo local up` before the timed run (not timed), `hpo local down` after."""
+    if tool != "hpo-warm":
+        yield
+        return
+    subprocess.run([python, "-m", "hpo", "local", "up", "--cpus", str(workers)], env=env,
+                   check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        subprocess.run([python, "-m", "hpo", "local", "down"], env=env, check=False,
+                       capture_output=True)
 
 
 def one_run(python: str, tool: str, workload: str, work: Path) -> dict[str, float]:
@@ -60,7 +83,9 @@ def one_run(python: str, tool: str, workload: str, work: Path) -> dict[str, floa
     cmd = [python, str(ROOT / "benchmarks" / "peer_runs.py"), tool, "--trials", str(trials),
            "--steps", str(steps), "--sleep-s", str(sleep_s), "--workers", str(workers),
            "--spans", str(spans), "--work", str(work)]
-    timed = run_when_quiet(cmd, env=env_with_root(), quiet_timeout=120, run_timeout=1800)
+    env = env_with_root(HPO_LOCAL_RAY=str(work / "warm"))  # hpo-warm's, and no other
+    with warm_ray(tool, python, workers, env):
+        timed = run_when_quiet(cmd, env=env, quiet_timeout=120, run_timeout=1800)
     done = [json.loads(line) for line in spans.read_text().splitlines()] if spans.exists() else []
     if timed.returncode or len(done) < trials:
         raise RuntimeError(f"{tool} {workload}: rc {timed.returncode}, {len(done)}/{trials} "
@@ -69,6 +94,7 @@ def one_run(python: str, tool: str, workload: str, work: Path) -> dict[str, floa
     busy = trials * steps * sleep_s
     return {"wall_s": timed.wall_s, "start_s": first - timed.start_epoch,
             "results_per_s": trials * steps / (last - first),
+            "whole_results_per_s": trials * steps / timed.wall_s,
             "utilisation": busy / (workers * timed.wall_s),
             "steady": busy / (workers * (last - first)),
             "cpu_per_trial": timed.tree_cpu_s / trials, "other_cpu_s": timed.other_cpu_s}
@@ -97,7 +123,8 @@ def rows(runs: dict[tuple[str, str], list[dict[str, float]]]) -> list[list[Any]]
     for (workload, tool), done in runs.items():
         def med(key: str, done: list[dict[str, float]] = done) -> float:
             return median([run[key] for run in done])
-        measure_ = (f"{med('results_per_s'):.0f} results/s" if workload == "throughput"
+        measure_ = (f"{med('results_per_s'):.0f} results/s (whole process "
+                    f"{med('whole_results_per_s'):.0f})" if workload == "throughput"
                     else f"{med('utilisation'):.2f} (steady {med('steady'):.2f})")
         out.append([workload, tool, len(done), measure_, f"{med('start_s'):.1f}",
                     f"{med('wall_s'):.1f}", f"{med('cpu_per_trial'):.3f}"])
@@ -117,12 +144,16 @@ def main() -> None:
     parser.add_argument("--syne-python", default=None)
     parser.add_argument("--deephyper-python", default=None)
     parser.add_argument("--markdown", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="every run's figures")
     args = parser.parse_args()
-    pythons = {"hpo": sys.executable, "tune": sys.executable, "optuna": sys.executable,
-               "syne": args.syne_python, "deephyper": args.deephyper_python}
+    ours = dict.fromkeys(("hpo", "hpo-warm", "tune", "optuna"), sys.executable)
+    pythons = {**ours, "syne": args.syne_python, "deephyper": args.deephyper_python}
     tools = {tool: pythons[tool] for tool in args.tools if pythons[tool]}
     log(f"tools: {', '.join(tools)} (a peer without its --*-python is left out)")
-    table = rows(measure(args, tools))
+    runs = measure(args, tools)
+    if args.json:
+        args.json.write_text(json.dumps([[*key, done] for key, done in runs.items()]))
+    table = rows(runs)
     print(text_table(HEADER, table))
     if args.markdown:
         command = "python benchmarks/overhead_peers.py " + " ".join(sys.argv[1:])

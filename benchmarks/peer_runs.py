@@ -7,9 +7,9 @@ from venvs of their own, where neither hpo nor Ray is installed.
 
     python benchmarks/peer_runs.py TOOL --trials 160 --steps 10 --sleep-s 0.5 --workers 8 \
         --spans /tmp/spans.jsonl --work /tmp/work
-TOOL: hpo (the `hpo run` CLI), tune (Ray Tune, lean: actor reuse, no loggers, verbose 0),
-optuna (threads, in-memory storage), syne (Syne Tune, LocalBackend, 0.5 s poll),
-deephyper (DeepHyper, process evaluator, random search).
+TOOL: hpo (the `hpo run` CLI; hpo-warm the same, on the warm Ray it finds), tune (Ray Tune,
+lean: actor reuse, no loggers, verbose 0), optuna (threads, in-memory storage), syne (Syne
+Tune, LocalBackend, 0.5 s poll), deephyper (DeepHyper, process evaluator, random search).
 """
 
 from __future__ import annotations
@@ -138,8 +138,8 @@ def run_deephyper(args: argparse.Namespace, constants: dict[str, Any]) -> None:
         evaluator, max_evals=args.trials, max_evals_strict=True)
 
 
-RUNS = {"hpo": run_hpo, "tune": run_tune, "optuna": run_optuna, "syne": run_syne,
-        "deephyper": run_deephyper}
+RUNS = {"hpo": run_hpo, "hpo-warm": run_hpo, "tune": run_tune, "optuna": run_optuna,
+        "syne": run_syne, "deephyper": run_deephyper}
 
 
 def main() -> None:

@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# A warm Ray a developer keeps up (`hpo local up`) is not the tests' to use: they get none
+# unless they start their own (tests/test_warm_ray.py).
+os.environ["HPO_LOCAL_RAY"] = str(Path(os.environ.get("TMPDIR", "/tmp")) /
+                                  f"hpo-tests-no-warm-ray-{os.getpid()}")
 
 
 def hpo_cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:

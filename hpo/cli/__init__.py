@@ -19,6 +19,7 @@ from hpo.cli._shared import (
     state,
 )
 from hpo.cli.install import install_app
+from hpo.cli.local import local_app
 from hpo.cli.slurm import slurm_app
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
@@ -95,11 +96,12 @@ def run(space: Path, storage: str | None = typer.Option(None, help="Results root
 
     with start_stops():  # a stop while hpo imports and starts: one line, nothing left
         import hpo
+        from hpo.cluster import warm
 
         spec = hpo.load_spec(space, overrides)
-        # one process, one run: Ray ends with it
+        # one process, one run: Ray ends with it (a warm one, `hpo local up`, keeps running)
         result = hpo.run(spec, storage=storage, name=name, num_cpus=cpus, source=str(space),
-                         time_limit_s=time_limit, keep_ray=False)
+                         time_limit_s=time_limit, keep_ray=False, cluster=warm.for_run(cpus))
     finish(result)
 
 
@@ -113,9 +115,10 @@ def resume(experiment_dir: Path,
 
     with start_stops():  # a stop while hpo imports and starts: one line
         import hpo
+        from hpo.cluster import warm
 
         result = hpo.resume(experiment_dir, num_cpus=cpus, time_limit_s=time_limit,
-                            keep_ray=False)
+                            keep_ray=False, cluster=warm.for_run(cpus))
     if result.finished_already:
         err.print(f"hpo: {result.path} has finished: all {len(result.dataframe)} trial(s) ran "
                   f"to their end, nothing to resume. Hint: `hpo best {result.path}`",
@@ -201,6 +204,7 @@ def doctor(interface: str | None = typer.Option(
 
 app.add_typer(slurm_app, name="slurm")
 app.add_typer(install_app, name="install")
+app.add_typer(local_app, name="local")
 
 
 def main() -> None:

@@ -77,7 +77,7 @@ def _launch(alloc: Allocation, job_dir: Path, log_dir: Path) -> list[_Step]:
     return steps
 
 
-def _gcs_listening(address: str) -> bool:
+def gcs_listening(address: str) -> bool:
     # Ray's GcsClient blocks for 30 s on a GCS that is not up yet: knock first.
     host, _, port = address.rpartition(":")
     with contextlib.suppress(OSError), socket.create_connection((host, int(port)), timeout=1):
@@ -133,7 +133,7 @@ def wait_ready(alloc: Allocation, job_dir: Path, steps: list[_Step], timeout: fl
         head = job_dir / HEAD_FILE
         if address is None and head.exists():
             address = json.loads(head.read_text())["address"]
-        if client is None and address is not None and _gcs_listening(address):
+        if client is None and address is not None and gcs_listening(address):
             try:  # a GCS that listens may still refuse (seen once: our token rejected)
                 client, refused = ray_private.gcs_client(address), ""
             except Exception as exc:  # Ray's own errors: asked again until the deadline

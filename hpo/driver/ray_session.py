@@ -95,8 +95,9 @@ def _log_ray_to(log_file: Path) -> logging.Handler:
     handler = _RunLog(log_file)
     handler.addFilter(InHposWords())
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    if logging.getLogger("hpo.rasda").level == logging.NOTSET:
-        logging.getLogger("hpo.rasda").setLevel(logging.INFO)
+    for name in ("hpo.rasda", "hpo.cluster"):  # their INFO lines: growths, the Ray used
+        if logging.getLogger(name).level == logging.NOTSET:
+            logging.getLogger(name).setLevel(logging.INFO)
     for name in _RAY_LOGGERS:
         logger = logging.getLogger(name)
         for old in list(logger.handlers):
@@ -225,6 +226,7 @@ def connected_ray(cluster: RayCluster, log_file: Path) -> Iterator[dict[str, flo
         ray.init(address=cluster.address, _node_ip_address=cluster.node_ip,
                  log_to_driver=False, logging_level=logging.WARNING)
         _log_ray_to(log_file)
+        logging.getLogger("hpo.cluster").info("connected to Ray at %s", cluster.address)
         for note in cluster.notes:
             logging.getLogger("hpo.cluster").warning(note)
         try:

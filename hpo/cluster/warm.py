@@ -1,0 +1,138 @@
+"""A warm local Ray that `hpo run` and `hpo resume` on this machine use instead of starting one.
+
+Starting Ray is most of what a run waits for before its first trial (3-8 s on a laptop or an
+interactive node, more with many CPUs; issue 36). `hpo local up` starts a head once and leaves
+it running, `hpo local down` stops it. It is private to its user as a Slurm job's is: its
+folder (~/.hpo/local, or $HPO_LOCAL_RAY) is 0700 and holds a fresh token (Ray's token auth);
+Ray's temp dir is a fresh 0700 folder under /tmp (short: AF_UNIX socket paths are limited to
+107 bytes, and a home folder on a cluster is long), named in head.json; it listens on
+127.0.0.1 only, on the user's own port block (cluster/ports.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from hpo.cluster.auth import RayCluster, new_token
+from hpo.cluster.bootstrap import gcs_listening
+from hpo.cluster.node import ray_executable
+from hpo.cluster.ports import pick_ports
+from hpo.errors import ExperimentError
+
+FOLDER_VAR = "HPO_LOCAL_RAY"
+HEAD_FILE = "head.json"
+_IP = "127.0.0.1"
+_STOP_GRACE_S = 10.0
+
+
+def folder() -> Path:
+    return Path(os.environ.get(FOLDER_VAR) or "~/.hpo/local").expanduser()
+
+
+def running() -> tuple[RayCluster, int | None] | None:
+    """The warm Ray and its CPUs, when one is up (a head file whose GCS does not answer, left
+    by a reboot or a kill, is removed)."""
+    head = folder() / HEAD_FILE
+    if not head.exists():
+        return None
+    saved = json.loads(head.read_text())
+    if not gcs_listening(saved["address"]):
+        head.unlink(missing_ok=True)
+        return None
+    return RayCluster(saved["address"], _IP, Path(saved["token_file"])), saved["cpus"]
+
+
+def for_run(cpus: int | None) -> RayCluster | None:
+    """The warm Ray a run on this machine should use: the one up, unless the run asks for
+    another number of CPUs than it has (then the run starts its own, as without one)."""
+    warm = running()
+    if warm is None or (cpus is not None and cpus != warm[1]):
+        return None
+    return warm[0]
+
+
+def up(cpus: int | None, gpus: int | None) -> RayCluster:
+    """Start the warm Ray (refused while one is up)."""
+    if running() is not None:
+        raise ExperimentError(f"a warm Ray is already up ({folder()}). Hint: `hpo local down` "
+                              "stops it")
+    where = folder()
+    where.mkdir(mode=0o700, parents=True, exist_ok=True)
+    where.chmod(0o700)
+    token = new_token(where)
+    port = pick_ports(str(os.getuid())).gcs
+    # not hpo-*: a run sweeps those that no live process holds (hpo.driver.run_dir)
+    temp_dir = tempfile.mkdtemp(prefix="hpolocal-", dir="/tmp")
+    args = [ray_executable(), "start", "--head", f"--port={port}", f"--node-ip-address={_IP}",
+            f"--temp-dir={temp_dir}", "--include-dashboard=false",
+            "--disable-usage-stats", "--include-log-monitor=false",
+            *([f"--num-cpus={cpus}"] if cpus is not None else []),
+            *([f"--num-gpus={gpus}"] if gpus is not None else [])]
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
+           "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray keeps 127.0.0.1 only when local-only
+    done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
+    if done.returncode:
+        _stop(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ExperimentError(f"`ray start --head` failed (exit {done.returncode}): {tail[0]}")
+    address = f"{_IP}:{port}"
+    (where / HEAD_FILE).write_text(json.dumps({"address": address, "token_file": str(token),
+                                               "cpus": cpus, "temp_dir": temp_dir}))
+    return RayCluster(address, _IP, token)
+
+
+def down() -> int:
+    """Stop the warm Ray's processes and remove its files; how many processes there were."""
+    head = folder() / HEAD_FILE
+    if not head.exists():
+        return 0
+    temp_dir = json.loads(head.read_text())["temp_dir"]
+    count = _stop(temp_dir)
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    head.unlink(missing_ok=True)
+    return count
+
+
+def _stop(temp_dir: str) -> int:
+    """Stop the processes that run out of `temp_dir`; how many there were."""
+    pids = _processes_using(temp_dir)
+    _signal(pids, signal.SIGTERM)
+    deadline = time.monotonic() + _STOP_GRACE_S
+    while time.monotonic() < deadline and _processes_using(temp_dir):
+        time.sleep(0.1)
+    _signal(_processes_using(temp_dir), signal.SIGKILL)
+    return len(pids)
+
+
+def _processes_using(temp_dir: str) -> list[int]:
+    """This user's processes whose command line names `temp_dir` (Ray's GCS, raylet, agents
+    and workers all get it or a session folder inside it)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if entry.stat().st_uid != os.getuid():
+                continue
+            command = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if temp_dir.encode() in command:
+            found.append(int(entry.name))
+    return found
+
+
+def _signal(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.kill(pid, signum)

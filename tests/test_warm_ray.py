@@ -1,0 +1,74 @@
+"""`hpo local up`: a warm local Ray (real `ray start --head`) that `hpo run` and `hpo resume`
+use instead of starting their own; `hpo local down` leaves none of its processes behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, cli_invoke, command_lines, hpo_cli, trial_rows
+
+SPEC = """name: w
+trainable: {root}/tests/study_trainables.py:steady
+metric: score
+mode: max
+num_samples: 2
+search_space:
+  x: {{uniform: [0.0, 1.0]}}
+constants: {{steps: 3, sleep: 0.0}}
+"""
+
+
+@pytest.fixture
+def warm_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    where = tmp_path / "warm"
+    monkeypatch.setenv("HPO_LOCAL_RAY", str(where))
+    yield where
+    cli_invoke(["local", "down"])  # also after a failed assertion
+
+
+def _ray_processes(where: Path) -> list[str]:
+    temp_dir = json.loads((where / "head.json").read_text())["temp_dir"]
+    return [line for line in command_lines() if temp_dir in line]
+
+
+@pytest.mark.slow
+def test_runs_use_the_warm_ray_until_it_is_down(tmp_path: Path, warm_dir: Path) -> None:
+    spec = tmp_path / "w.yaml"
+    spec.write_text(SPEC.format(root=ROOT))
+    started = hpo_cli("local", "up", "--cpus", "2")
+    assert started.returncode == 0 and "warm Ray up at 127.0.0.1:" in started.stdout
+    assert stat.S_IMODE(os.stat(warm_dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(warm_dir / "auth_token").st_mode) == 0o600
+    assert _ray_processes(warm_dir)
+    code, said, _ = cli_invoke(["local", "up"])
+    assert code == 2 and "already up" in said + _
+    for name in ("a", "b"):  # two runs, one after the other, on the same Ray
+        ran = hpo_cli("run", str(spec), "--storage", str(tmp_path), "--name", name)
+        assert ran.returncode == 0, ran.stderr
+        rows = trial_rows(tmp_path / name)
+        assert [[r["training_iteration"] for r in t] for t in rows.values()] == [[1, 2, 3]] * 2
+        head = json.loads((warm_dir / "head.json").read_text())["address"]
+        assert f"connected to Ray at {head}" in (tmp_path / name / "hpo.log").read_text()
+    assert _ray_processes(warm_dir)  # the runs left it up
+    temp_dir = json.loads((warm_dir / "head.json").read_text())["temp_dir"]
+    code, said, _ = cli_invoke(["local", "down"])
+    assert code == 0 and "warm Ray down" in said
+    assert not [line for line in command_lines() if temp_dir in line]
+    assert not (warm_dir / "head.json").exists() and not Path(temp_dir).exists()
+    code, said, _ = cli_invoke(["local", "status"])
+    assert "no warm Ray is up" in said
+
+
+def test_a_head_file_without_a_ray_behind_it_is_no_warm_ray(warm_dir: Path) -> None:
+    from hpo.cluster import warm
+
+    warm_dir.mkdir()
+    (warm_dir / "head.json").write_text(json.dumps(
+        {"address": "127.0.0.1:1", "token_file": str(warm_dir / "t"), "cpus": 2}))
+    assert warm.for_run(None) is None
+    assert not (warm_dir / "head.json").exists()

@@ -81,17 +81,19 @@ def child(side: str, rest: list[str], out: Path) -> None:
         import ray
         from ray import tune
         mark("ray + ray.tune imported")
+        import hpo.cluster.ray_private
         import hpo.driver.plugins.progress
-        import hpo.driver.ray_session
+        import hpo.driver.translate
         import hpo.trial.session
 
-        wrap(hpo.driver.runner, "_trainable", "load trainable + with_resources")
+        wrap(hpo.driver.translate, "user_trainable", "import the trainable (in a thread)")
+        wrap(hpo.driver.translate, "trainable", "trainable + with_resources")
         wrap(ray, "init", "ray.init")
         wrap(ray, "shutdown", "ray.shutdown")
-        wrap(hpo.driver.ray_session, "_reload_ray_auth_settings", "reload auth settings")
+        wrap(hpo.cluster.ray_private, "reload_auth_settings", "reload auth settings")
         wrap(tune.Tuner, "fit", "Tuner.fit")
         wrap(hpo.driver.runner, "_outcome", "load results (pandas)")
-        wrap(hpo.cli, "_finish", "print table")
+        wrap(hpo.cli, "finish", "print table")
         for name in ("on_trial_result", "on_step_end", "setup", "on_experiment_end"):
             wrap(hpo.driver.plugins.progress.LiveProgress, name, f"LiveProgress.{name}", span=False)
         sys.argv = ["hpo", *rest]

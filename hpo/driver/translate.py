@@ -33,6 +33,14 @@ def user_trainable(spec: Spec, source: str,
     return func, objects
 
 
+def import_ahead() -> None:
+    """Import what the Tuner needs (Tune, the trial loggers with tensorboardX, the seedable
+    schedulers), while `ray.init` waits for Ray's processes."""
+    import hpo.driver.plugins.tb_events  # noqa: F401
+    import hpo.driver.plugins.trial_logs  # noqa: F401
+    import hpo.spec.seedable  # noqa: F401
+
+
 def trainable(spec: Spec, func: Any, holder: str | None = None) -> Any:
     """The user's function or class as a Tune trainable that asks for its trial's resources;
     `holder` names the run's objects in Ray's store (hpo.trial.one_process.objects_in_store)."""

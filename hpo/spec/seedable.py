@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 from ray.tune.schedulers import AsyncHyperBandScheduler, PopulationBasedTraining
-from ray.tune.schedulers.pb2 import PB2
 
 _Streams = tuple[Any, Any]  # random.getstate(), np.random.get_state()
 
@@ -84,5 +83,14 @@ class SeedablePBT(SeedableDraws, PopulationBasedTraining):
     """Population based training."""
 
 
-class SeedablePB2(SeedableDraws, PB2):
-    """Population based bandits."""
+def __getattr__(name: str) -> Any:
+    # SeedablePB2 is made on first use: Ray's PB2 imports scikit-learn and SciPy (0.9 s,
+    # issue 36), which no other scheduler's run needs. It pickles as this module's.
+    if name != "SeedablePB2":
+        raise AttributeError(name)
+    from ray.tune.schedulers.pb2 import PB2
+
+    made = type(name, (SeedableDraws, PB2), {"__doc__": "Population based bandits.",
+                                             "__module__": __name__})
+    globals()[name] = made
+    return made

@@ -269,3 +269,16 @@ def test_yaml_numbers_as_people_write_them() -> None:
 
 def test_tune_is_importable_without_a_cluster() -> None:
     assert callable(tune.Tuner)
+
+
+def test_a_pb2_saved_before_it_moved_still_loads() -> None:
+    """hpo.spec.seedable_pb2 holds SeedablePB2 since it moved out of hpo.spec.seedable (so
+    that only PB2 runs import scikit-learn): an experiment state pickled before names the
+    old module."""
+    import pickle
+
+    from hpo.spec.seedable_pb2 import SeedablePB2
+
+    old = pickle.dumps(SeedablePB2, protocol=0).replace(b"hpo.spec.seedable_pb2",
+                                                        b"hpo.spec.seedable")
+    assert b"hpo.spec.seedable\n" in old and pickle.loads(old) is SeedablePB2

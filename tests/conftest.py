@@ -51,6 +51,16 @@ def command_lines() -> list[str]:
     return lines
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_warm_ray_left() -> Iterator[None]:
+    """A test that started a warm Ray in the tests' own folder and failed to stop it: stopped
+    at the end, not left running (later runs would connect to it)."""
+    yield
+    from hpo.cluster import warm
+
+    warm.down()
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _no_ray_left_between_modules() -> Iterator[None]:
     """`hpo.run` from Python keeps its embedded Ray for the next run (as in a notebook): end it

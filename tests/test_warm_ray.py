@@ -31,9 +31,39 @@ def warm_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     cli_invoke(["local", "down"])  # also after a failed assertion
 
 
-def _ray_processes(where: Path) -> list[str]:
-    temp_dir = json.loads((where / "head.json").read_text())["temp_dir"]
-    return [line for line in command_lines() if temp_dir in line]
+def _ray_processes(where: Path) -> set[int]:
+    """The warm Ray's processes: those naming its folder, and their children (Ray's agents
+    and workers, whose command lines name no folder)."""
+    private = json.loads((where / "head.json").read_text())["temp_dir"]
+    parents, roots = {}, set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path("/proc", pid, "stat").read_text()
+            command = Path("/proc", pid, "cmdline").read_bytes()
+        except OSError:
+            continue
+        parents[int(pid)] = int(stat[stat.rindex(")") + 2:].split()[1])
+        if private.encode() in command:
+            roots.add(int(pid))
+    found = set(roots)
+    while True:
+        more = {pid for pid, parent in parents.items() if parent in found} - found
+        if not more:
+            return found
+        found |= more
+
+
+def _alive(pids: set[int]) -> set[int]:
+    """Those still running (a zombie has ended: init reaps it when it gets to it)."""
+    alive = set()
+    for pid in pids:
+        try:
+            stat = Path("/proc", str(pid), "stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2] != "Z":
+            alive.add(pid)
+    return alive
 
 
 @pytest.mark.slow
@@ -54,12 +84,14 @@ def test_runs_use_the_warm_ray_until_it_is_down(tmp_path: Path, warm_dir: Path) 
         assert [[r["training_iteration"] for r in t] for t in rows.values()] == [[1, 2, 3]] * 2
         head = json.loads((warm_dir / "head.json").read_text())["address"]
         assert f"connected to Ray at {head}" in (tmp_path / name / "hpo.log").read_text()
-    assert _ray_processes(warm_dir)  # the runs left it up
-    temp_dir = json.loads((warm_dir / "head.json").read_text())["temp_dir"]
+    processes = _ray_processes(warm_dir)  # the runs left it up, with its agents and workers
+    assert len(processes) >= 4 and any("ray::" in line for line in command_lines())
+    private = json.loads((warm_dir / "head.json").read_text())["temp_dir"]
+    assert stat.S_IMODE(os.stat(private).st_mode) == 0o700  # Ray's own temp dir is 0777
     code, said, _ = cli_invoke(["local", "down"])
     assert code == 0 and "warm Ray down" in said
-    assert not [line for line in command_lines() if temp_dir in line]
-    assert not (warm_dir / "head.json").exists() and not Path(temp_dir).exists()
+    assert not _alive(processes)
+    assert not (warm_dir / "head.json").exists() and not Path(private).exists()
     code, said, _ = cli_invoke(["local", "status"])
     assert "no warm Ray is up" in said
 

@@ -4,9 +4,10 @@ Starting Ray is most of what a run waits for before its first trial (3-8 s on a 
 interactive node, more with many CPUs; issue 36). `hpo local up` starts a head once and leaves
 it running, `hpo local down` stops it. It is private to its user as a Slurm job's is: its
 folder (~/.hpo/local, or $HPO_LOCAL_RAY) is 0700 and holds a fresh token (Ray's token auth);
-Ray's temp dir is a fresh 0700 folder under /tmp (short: AF_UNIX socket paths are limited to
-107 bytes, and a home folder on a cluster is long), named in head.json; it listens on
-127.0.0.1 only, on the user's own port block (cluster/ports.py).
+Ray's temp dir is inside a fresh 0700 folder under /tmp (short: AF_UNIX socket paths are
+limited to 107 bytes, and a home folder on a cluster is long; inside, because Ray makes its
+temp dir world-writable), named in head.json; it listens on 127.0.0.1 only, on the user's own
+port block (cluster/ports.py).
 """
 
 from __future__ import annotations
@@ -70,9 +71,10 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
     token = new_token(where)
     port = pick_ports(str(os.getuid())).gcs
     # not hpo-*: a run sweeps those that no live process holds (hpo.driver.run_dir)
-    temp_dir = tempfile.mkdtemp(prefix="hpolocal-", dir="/tmp")
+    private = tempfile.mkdtemp(prefix="hpolocal-", dir="/tmp")
+    temp_dir = f"{private}/r"
     args = [ray_executable(), "start", "--head", f"--port={port}", f"--node-ip-address={_IP}",
-            f"--temp-dir={temp_dir}", "--include-dashboard=false",
+            f"--temp-dir={temp_dir}", "--include-dashboard=false", "--no-monitor",
             "--disable-usage-stats", "--include-log-monitor=false",
             *([f"--num-cpus={cpus}"] if cpus is not None else []),
             *([f"--num-gpus={gpus}"] if gpus is not None else [])]
@@ -81,13 +83,13 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray keeps 127.0.0.1 only when local-only
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
-        _stop(temp_dir)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        _stop(private)
+        shutil.rmtree(private, ignore_errors=True)
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ExperimentError(f"`ray start --head` failed (exit {done.returncode}): {tail[0]}")
     address = f"{_IP}:{port}"
     (where / HEAD_FILE).write_text(json.dumps({"address": address, "token_file": str(token),
-                                               "cpus": cpus, "temp_dir": temp_dir}))
+                                               "cpus": cpus, "temp_dir": private}))
     return RayCluster(address, _IP, token)
 
 
@@ -103,33 +105,47 @@ def down() -> int:
     return count
 
 
-def _stop(temp_dir: str) -> int:
-    """Stop the processes that run out of `temp_dir`; how many there were."""
-    pids = _processes_using(temp_dir)
+def _stop(private: str) -> int:
+    """Stop the processes that run out of `private` and all their children (the agents and
+    workers, whose command lines Ray rewrites); how many there were."""
+    table = _process_table()
+    pids = _with_children(table, [pid for pid, (_, command) in table.items()
+                                  if private.encode() in command])
     _signal(pids, signal.SIGTERM)
     deadline = time.monotonic() + _STOP_GRACE_S
-    while time.monotonic() < deadline and _processes_using(temp_dir):
+    while time.monotonic() < deadline and set(pids) & set(_process_table()):
         time.sleep(0.1)
-    _signal(_processes_using(temp_dir), signal.SIGKILL)
+    _signal(sorted(set(pids) & set(_process_table())), signal.SIGKILL)
     return len(pids)
 
 
-def _processes_using(temp_dir: str) -> list[int]:
-    """This user's processes whose command line names `temp_dir` (Ray's GCS, raylet, agents
-    and workers all get it or a session folder inside it)."""
-    found = []
+def _process_table() -> dict[int, tuple[int, bytes]]:
+    """pid -> (parent pid, command line) of this user's live processes but this one."""
+    table = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             if entry.stat().st_uid != os.getuid():
                 continue
+            stat = Path(entry.path, "stat").read_text()
             command = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
+        except OSError:  # it ended meanwhile
             continue
-        if temp_dir.encode() in command:
-            found.append(int(entry.name))
-    return found
+        state, parent = stat[stat.rindex(")") + 2:].split()[:2]
+        if state != "Z":  # a zombie has ended (its parent, often init, reaps it late)
+            table[int(entry.name)] = (int(parent), command)
+    return table
+
+
+def _with_children(table: dict[int, tuple[int, bytes]], roots: list[int]) -> list[int]:
+    found, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo += [child for child, (parent, _) in table.items() if parent == pid]
+    return sorted(found)
 
 
 def _signal(pids: list[int], signum: int) -> None:

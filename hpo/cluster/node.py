@@ -93,7 +93,7 @@ def start_args(role: str, job_dir: Path, env: dict[str, str]) -> list[str]:
                           dashboard=config.get("dashboard", False))
 
 
-def _descendants(root: int) -> list[int]:
+def descendants(root: int) -> list[int]:
     """Every process below root (children first found, then theirs), from /proc."""
     parents: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
@@ -115,24 +115,30 @@ def _alive(pid: int) -> bool:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return raw[raw.rindex(")") + 2] != "Z"
+    return raw[raw.rindex(")") + 2] != "Z"  # a zombie has ended (init may reap it late)
 
 
-def stop_tree(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> None:
-    """SIGTERM to `ray start` and every process it started (as `ray stop` does, but only
-    ours), SIGKILL to what is left after the grace period."""
-    pids = [proc.pid, *_descendants(proc.pid)]
+def stop_processes(pids: list[int], grace: float = STOP_GRACE_S,
+                   reap: Callable[[], Any] = lambda: None) -> None:
+    """SIGTERM to `pids`, SIGKILL to those still running after the grace period; `reap`
+    collects the ones that are this process's own children."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            proc.poll()  # reap `ray start` itself
+            reap()
             pids = [p for p in pids if _alive(p)]
             if not pids:
                 return
             time.sleep(0.05)
+
+
+def stop_tree(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> None:
+    """SIGTERM to `ray start` and every process it started (as `ray stop` does, but only
+    ours), SIGKILL to what is left after the grace period."""
+    stop_processes([proc.pid, *descendants(proc.pid)], grace, reap=proc.poll)
 
 
 def main(role: str, job_dir: Path) -> int:

@@ -12,19 +12,16 @@ port block (cluster/ports.py).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from hpo.cluster.auth import RayCluster, new_token
 from hpo.cluster.bootstrap import gcs_listening
-from hpo.cluster.node import ray_executable
+from hpo.cluster.node import descendants, ray_executable, stop_processes
 from hpo.cluster.ports import pick_ports
 from hpo.errors import ExperimentError
 
@@ -108,47 +105,24 @@ def down() -> int:
 def _stop(private: str) -> int:
     """Stop the processes that run out of `private` and all their children (the agents and
     workers, whose command lines Ray rewrites); how many there were."""
-    table = _process_table()
-    pids = _with_children(table, [pid for pid, (_, command) in table.items()
-                                  if private.encode() in command])
-    _signal(pids, signal.SIGTERM)
-    deadline = time.monotonic() + _STOP_GRACE_S
-    while time.monotonic() < deadline and set(pids) & set(_process_table()):
-        time.sleep(0.1)
-    _signal(sorted(set(pids) & set(_process_table())), signal.SIGKILL)
+    roots = _naming(private)
+    pids = sorted({*roots, *(child for root in roots for child in descendants(root))})
+    stop_processes(pids, _STOP_GRACE_S)
     return len(pids)
 
 
-def _process_table() -> dict[int, tuple[int, bytes]]:
-    """pid -> (parent pid, command line) of this user's live processes but this one."""
-    table = {}
+def _naming(private: str) -> list[int]:
+    """This user's processes (but this one) whose command line names `private`."""
+    found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             if entry.stat().st_uid != os.getuid():
                 continue
-            stat = Path(entry.path, "stat").read_text()
-            command = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ")
+            command = Path(entry.path, "cmdline").read_bytes()
         except OSError:  # it ended meanwhile
             continue
-        state, parent = stat[stat.rindex(")") + 2:].split()[:2]
-        if state != "Z":  # a zombie has ended (its parent, often init, reaps it late)
-            table[int(entry.name)] = (int(parent), command)
-    return table
-
-
-def _with_children(table: dict[int, tuple[int, bytes]], roots: list[int]) -> list[int]:
-    found, todo = set(), list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found.add(pid)
-            todo += [child for child, (parent, _) in table.items() if parent == pid]
-    return sorted(found)
-
-
-def _signal(pids: list[int], signum: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
-            os.kill(pid, signum)
+        if private.encode() in command:
+            found.append(int(entry.name))
+    return found

@@ -52,19 +52,17 @@ def trainable(spec: Spec, func: Any, holder: str | None = None) -> Any:
         return tune.with_resources(class_with_objects(func, holder) if holder else func, need)
     if holder:  # bound by name, never by value: a rank gets the refs, not a pickled copy
         func = functools.partial(call_with_objects, func, holder)
-    ends = result_batch_ends(spec)
     if spec.distributed:
         from hpo.trial.ranks.trial import distributed_trainable
 
-        wrapped = distributed_trainable(func, spec.distributed, spec.checkpoint.frequency, ends)
+        wrapped = distributed_trainable(func, spec.distributed, spec.checkpoint.frequency)
     else:
         need = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
-        session_func = with_session(func, spec.checkpoint.frequency, need["cpu"])
-        if ends is not None:
-            batching(session_func, ends)
-        wrapped = tune.with_resources(session_func, need)
+        wrapped = tune.with_resources(with_session(func, spec.checkpoint.frequency,
+                                                   need["cpu"]), need)
     wrapped.__name__ = name  # Tune names trials after it (a partial has no name of its own)
-    return wrapped
+    ends = result_batch_ends(spec)  # with_resources gave back the function itself
+    return wrapped if ends is None else batching(wrapped, ends)
 
 
 def result_batch_ends(spec: Spec) -> list[int] | None:

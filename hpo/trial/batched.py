@@ -64,7 +64,7 @@ def ends_batch(row: dict[str, Any], ends: frozenset[int]) -> bool:
 
 
 def batching(trainable: Any, ends: Iterable[int]) -> Any:
-    """`trainable` (a function, before tune.with_resources) whose results Tune may batch,
+    """`trainable` (a function, also after tune.with_resources) whose results Tune may batch,
     each batch ending at the latest on one of the iterations `ends`."""
 
     class _Batched(BatchedResults):

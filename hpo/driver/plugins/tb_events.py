@@ -33,8 +33,8 @@ class _EventsNow:
 
     def __init__(self, logdir: str, filename_suffix: str) -> None:
         self._logdir, self._suffix = logdir, filename_suffix
-        self._events: EventsWriter | None = EventsWriter(os.path.join(logdir, "events"),
-                                                         filename_suffix)
+        self._events: EventsWriter | None = None
+        self.reopen()
 
     def get_logdir(self) -> str:
         return self._logdir
@@ -52,7 +52,7 @@ class _EventsNow:
             self._events.close()
             self._events = None
 
-    def reopen(self) -> None:  # a new file, as tensorboardX's does
+    def reopen(self) -> None:  # a new file (after a close), as tensorboardX's does
         if self._events is None:
             self._events = EventsWriter(os.path.join(self._logdir, "events"), self._suffix)
 

@@ -11,7 +11,6 @@ import ray
 
 from hpo.spec.model import Distributed
 from hpo.trial import cost
-from hpo.trial.batched import batching
 from hpo.trial.ranks import pool
 from hpo.trial.ranks.channel import Files, pack_folder, unpack_folder
 from hpo.trial.ranks.rank import RankEnd, run_rank
@@ -22,10 +21,8 @@ class RankFailure(RuntimeError):
     """A rank died, raised, or went silent: the trial fails and Tune may retry it."""
 
 
-def distributed_trainable(func: Trainable, spec: Distributed, checkpoint_every: int,
-                          batch_ends: list[int] | None = None) -> Any:
-    """`func` wrapped as one Tune trial of `spec.workers` ranks, with its placement group;
-    `batch_ends`: see hpo.trial.batched (None: each result alone)."""
+def distributed_trainable(func: Trainable, spec: Distributed, checkpoint_every: int) -> Any:
+    """`func` wrapped as one Tune trial of `spec.workers` ranks, with its placement group."""
     from ray import tune
 
     @functools.wraps(func)
@@ -35,8 +32,6 @@ def distributed_trainable(func: Trainable, spec: Distributed, checkpoint_every: 
         with cost.metered():
             _run_ranks(func, config, spec, checkpoint_every)
 
-    if batch_ends is not None:
-        batching(run_trial, batch_ends)
     bundle = {"CPU": spec.cpus_per_worker, "GPU": spec.gpus_per_worker}
     return tune.with_resources(run_trial, rank_placement(spec.workers, bundle))
 

@@ -138,12 +138,14 @@ def test_a_site_module_hides_hpo_from_a_job_without_the_venv(
 
 def _doctor_in_a_step(cluster: SlurmTestCluster, srun: str) -> str:
     """`hpo doctor` in a step of a 1-node job that holds all the node's CPUs."""
-    log = cluster.root / "work" / f"doctor-{len(srun)}-%j.out"
+    # one log per step line (its options, not its length: "-c1" and "-c2" are as long)
+    log = cluster.root / "work" / f"doctor-{srun.replace(' ', '_')}-%j.out"
     script = f"#!/bin/bash\n{srun} {sys.executable} -m hpo doctor\n"
     subprocess.run(["sbatch", "--wait", "-N1", "-c", str(cluster.cpus), "-o", str(log)],
                    input=script, env=cluster.env, capture_output=True, text=True,
                    timeout=180, cwd=ROOT)
     found = list(log.parent.glob(log.name.replace("%j", "*")))
+    assert len(found) <= 1, found
     return found[0].read_text() if found else "(no output)"
 
 

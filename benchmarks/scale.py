@@ -15,6 +15,7 @@ Run from the repository root (10,000 trials take about 25 minutes a side on 2 co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import subprocess
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._ab import worktree  # noqa: E402
 from benchmarks._common import (  # noqa: E402
     hpo_run_command,
     log,
@@ -57,6 +59,28 @@ def raw_trivial(config: dict) -> None:
     from ray import tune
 
     tune.report({"score": float(config["x"])})
+
+
+STEPS = 3  # reports of a checkpointing trial, each with a checkpoint (the issue 36 drill)
+
+
+def checkpointed(config: dict) -> None:
+    """hpo: STEPS reports, each with a small checkpoint (`checkpoint: {frequency: 1, keep: 2}`)."""
+    import hpo
+
+    for step in range(STEPS):
+        hpo.report({"score": float(config["x"]) + step}, checkpoint={"step": step})
+
+
+def raw_checkpointed(config: dict) -> None:
+    """Plain Ray Tune: the same, a checkpoint folder per report (`num_to_keep=2`)."""
+    from ray import tune
+
+    for step in range(STEPS):
+        with tempfile.TemporaryDirectory() as folder:
+            Path(folder, "step").write_text(str(step))
+            tune.report({"score": float(config["x"]) + step},
+                        checkpoint=tune.Checkpoint.from_directory(folder))
 
 
 @dataclass
@@ -107,10 +131,10 @@ def _folders(exp_dir: Path) -> int:
         return 0
 
 
-def sampled_run(cmd: list[str], exp_dir: Path, timeout_s: float) -> Sampled:
+def sampled_run(cmd: list[str], exp_dir: Path, timeout_s: float, cwd: Path = ROOT) -> Sampled:
     """Run cmd, sampling its RSS and exp_dir's trial folders every second."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     result = Sampled(0.0, 0)
     stop = threading.Event()
@@ -130,24 +154,33 @@ def sampled_run(cmd: list[str], exp_dir: Path, timeout_s: float) -> Sampled:
     return result
 
 
-def hpo_side(trials: int, tmp: Path) -> tuple[Sampled, Path]:
-    spec = {"name": f"hpo{trials}", "trainable": "benchmarks.scale:trivial", "metric": "score",
-            "mode": "max", "num_samples": trials,
+def hpo_side(trials: int, tmp: Path, checkpoint: bool,
+             checkout: Path = ROOT) -> tuple[Sampled, Path]:
+    """`hpo run` of this checkout, or (python -m hpo from it) of an older one's."""
+    trainable = "checkpointed" if checkpoint else "trivial"
+    name = f"hpo{trials}" + ("-old" if checkout != ROOT else "")
+    spec = {"name": name, "trainable": f"{Path(__file__).resolve()}:{trainable}",
+            "metric": "score", "mode": "max", "num_samples": trials,
             "search_space": {"x": {"uniform": [0.0, 1.0]}}, "search": {"type": "random"},
             "resources": {"cpus_per_trial": 1}}
-    space = tmp / f"hpo{trials}.yaml"
+    if checkpoint:
+        spec["checkpoint"] = {"frequency": 1, "keep": 2}
+    space = tmp / f"{name}.yaml"
     space.write_text(yaml.safe_dump(spec, sort_keys=False))
-    cmd = hpo_run_command(space, tmp / "storage", f"hpo{trials}", 2)
-    exp_dir = tmp / "storage" / f"hpo{trials}"
-    return sampled_run(cmd, exp_dir, 4 * 3600), exp_dir
+    cmd = hpo_run_command(space, tmp / "storage", name, 2)
+    if checkout != ROOT:  # its own hpo package first on sys.path
+        cmd = [sys.executable, "-m", "hpo", *cmd[1:]]
+    exp_dir = tmp / "storage" / name
+    return sampled_run(cmd, exp_dir, 4 * 3600, cwd=checkout), exp_dir
 
 
-def raw_side(trials: int, tmp: Path) -> Sampled:
+def raw_side(trials: int, tmp: Path, checkpoint: bool) -> Sampled:
     cmd = [sys.executable, __file__, "--raw", str(trials), str(tmp / "raw")]
-    return sampled_run(cmd, tmp / "raw" / f"raw{trials}", 4 * 3600)
+    return sampled_run(cmd + ["--checkpoint"] * checkpoint, tmp / "raw" / f"raw{trials}",
+                       4 * 3600)
 
 
-def raw_main(trials: int, storage: str) -> None:
+def raw_main(trials: int, storage: str, checkpoint: bool) -> None:
     """Plain Ray Tune at its best settings (as benchmarks/raw_tune_overhead.py)."""
     import logging
 
@@ -159,11 +192,14 @@ def raw_main(trials: int, storage: str) -> None:
     temp_dir = tempfile.mkdtemp(prefix="rawray-", dir="/tmp")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.WARNING, _temp_dir=temp_dir)
+    trainable = raw_checkpointed if checkpoint else raw_trivial
+    keep = tune.CheckpointConfig(num_to_keep=2) if checkpoint else None
     tuner = tune.Tuner(
-        tune.with_resources(raw_trivial, {"cpu": 1}), param_space={"x": tune.uniform(0, 1)},
+        tune.with_resources(trainable, {"cpu": 1}), param_space={"x": tune.uniform(0, 1)},
         tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=trials,
                                     reuse_actors=True),
-        run_config=tune.RunConfig(name=f"raw{trials}", storage_path=storage, verbose=0))
+        run_config=tune.RunConfig(name=f"raw{trials}", storage_path=storage, verbose=0,
+                                  checkpoint_config=keep))
     results = tuner.fit()
     assert len(results) == trials and not results.num_errors, results
     ray.shutdown()
@@ -182,51 +218,70 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, nargs="+", default=[1000, 3000])
     parser.add_argument("--markdown", type=Path, default=None)
+    parser.add_argument("--checkpoint", action="store_true",
+                        help=f"each trial reports {STEPS} times with a checkpoint, keep 2")
+    parser.add_argument("--sides", nargs="+", default=["raw", "hpo"],
+                        choices=["raw", "hpo", "hpo-old"])
+    parser.add_argument("--old", default="HEAD", help="the commit of the hpo-old side")
     parser.add_argument("--raw", nargs=2, metavar=("TRIALS", "STORAGE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.raw:
-        raw_main(int(args.raw[0]), args.raw[1])
+        raw_main(int(args.raw[0]), args.raw[1], args.checkpoint)
         return
     rows, biggest = [], None
-    with tempfile.TemporaryDirectory(prefix="hpo-scale-", dir="/var/tmp") as tmp_name:
+    with tempfile.TemporaryDirectory(prefix="hpo-scale-", dir="/var/tmp") as tmp_name, \
+            contextlib.ExitStack() as stack:
         tmp = Path(tmp_name)
+        old = (stack.enter_context(worktree(args.old, tmp / "old"))
+               if "hpo-old" in args.sides else ROOT)
         for trials in args.trials:
-            for side in ("raw", "hpo"):
+            for side in args.sides:
                 wait_until_quiet(timeout_s=120, log=log)
-                if side == "hpo":
-                    run, biggest = hpo_side(trials, tmp)
+                if side == "raw":
+                    run = raw_side(trials, tmp, args.checkpoint)
                 else:
-                    run = raw_side(trials, tmp)
+                    run, exp_dir = hpo_side(trials, tmp, args.checkpoint,
+                                            old if side == "hpo-old" else ROOT)
+                    biggest = exp_dir if side == "hpo" else biggest
                 if run.returncode:
                     raise SystemExit(f"{side} {trials} failed: {run.stderr[-3000:]}")
                 fifths = run.fifths(trials)
                 rows.append([trials, side, f"{run.wall_s:.1f}",
                              f"{run.wall_s * 1000 / trials:.1f}",
                              " / ".join(f"{ms:.0f}" for ms in fifths), f"{run.peak_mb:.0f}",
-                             f"{run.growth_mb_per_1000(trials):.1f}"])
+                             f"{run.growth_mb_per_1000(trials):.1f}",
+                             f"{(fifths[3] + fifths[4]) / (fifths[1] + fifths[2]):.2f}"])
                 log(text_table(HEADER, rows[-1:]))
-        reading = [("hpo results (csv)", timed_cli("results", str(biggest), "--format", "csv")),
-                   ("hpo report", timed_cli("report", str(biggest), "-o",
-                                            str(tmp / "report.html")))]
+        reading = []  # reading the results is measured on the trivial trials only
+        if biggest is not None and not args.checkpoint:
+            reading = [("hpo results (csv)", timed_cli("results", str(biggest), "--format",
+                                                       "csv")),
+                       ("hpo report", timed_cli("report", str(biggest), "-o",
+                                                str(tmp / "report.html")))]
     log(text_table(HEADER, rows))
     for what, seconds in reading:
         log(f"{what} on {biggest.name}: {seconds:.1f} s")
     if args.markdown:
-        write_section(args.markdown, KEY, _markdown(rows, reading, biggest.name))
+        write_section(args.markdown, KEY + "-checkpoint" * args.checkpoint,
+                      _markdown(rows, reading, max(args.trials), args.checkpoint))
 
 
 HEADER = ["trials", "side", "wall s", "ms/trial", "ms/trial by fifth", "driver peak RSS MB",
-          "RSS MB per 1,000 trials"]
+          "RSS MB per 1,000 trials", "late/early"]
 
 
-def _markdown(rows: list[list], reading: list[tuple[str, float]], name: str) -> str:
+def _markdown(rows: list[list], reading: list[tuple[str, float]], trials: int,
+              checkpoint: bool) -> str:
     command = "python " + shlex.join(["benchmarks/scale.py", *sys.argv[1:]])
-    lines = ["## Scale: thousands of trivial trials", "",
-             f"`{command}` on {machine()}; {versions()}. Trivial trials (one report, no "
-             "sleep, no checkpoint), 2 CPUs, 1 per trial, FIFO + random, actor reuse, "
-             "plain Ray Tune at its best settings beside `hpo run`. \"ms/trial by fifth\": "
-             "the time per trial in each fifth of the run.", "", md_table(HEADER, rows), ""]
-    lines += [f"- {what} on the {name[3:]}-trial experiment: {seconds:.1f} s"
+    trial = (f"{STEPS} reports, each with a checkpoint, keep 2" if checkpoint
+             else "one report, no sleep, no checkpoint")
+    lines = [f"## Scale: thousands of trivial trials{', checkpointing' * checkpoint}", "",
+             f"`{command}` on {machine()}; {versions()}. Trivial trials ({trial}), 2 CPUs, "
+             "1 per trial, FIFO + random, actor reuse, plain Ray Tune at its best settings "
+             "beside `hpo run`. \"ms/trial by fifth\": the time per trial in each fifth of "
+             "the run; \"late/early\": the last two fifths' time per trial over the second "
+             "and third fifths'.", "", md_table(HEADER, rows), ""]
+    lines += [f"- {what} on the {trials}-trial experiment: {seconds:.1f} s"
               for what, seconds in reading]
     return "\n".join(lines)
 

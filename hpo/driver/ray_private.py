@@ -12,6 +12,15 @@ Ray and fails loudly when one is gone or changed:
   - Trial.run_metadata.checkpoint_manager.best_checkpoint_results: the checkpoints Tune keeps
     for a trial (`checkpoint.keep`), each with the whole result row that carried it; they fill
     rows a lagging storage copy lacks (hpo.driver.guards.history);
+  - the snapshot's checkpoint hooks (hpo.driver.guards.snapshot_deletes), replaced for a
+    block: ray.train._internal.checkpoint_manager._delete_fs_path(fs, fs_path), which
+    _CheckpointManager.register_checkpoint calls for each checkpoint it drops;
+    _ExperimentCheckpointManager.on_trial_checkpoint(self, trial), which forces a snapshot
+    every `num_to_keep` checkpoints of a trial, and ._update_auto_checkpoint_time(self,
+    time_taken), which sets ._checkpoint_period to max(10 s, 19 x the last snapshot's time)
+    when ._auto_checkpoint_enabled; _FilesystemSyncer._sync_up_command(self,
+    local_path, uri, exclude) -> (upload, its kwargs), the copy of the driver's staging folder
+    (the snapshot) into the experiment folder, the only sync the driver starts;
   - OVERRIDDEN_HOOKS: Ray's private methods that hpo's subclasses override (an override
     cannot move here; what it relies on is listed here and checked):
       LoggerCallback._restore_from_remote(self, file_name, trial): Ray's file loggers bring a
@@ -139,6 +148,44 @@ def actor_errors_handled_by(handler: ActorErrorHandler) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def snapshot_hooks(mark: Callable[[Any, str], None],
+                   wrap_upload: Callable[[Callable[..., Any]], Callable[..., Any]],
+                   floor_s: float) -> Iterator[None]:
+    """While the block runs, a checkpoint Tune drops is given to mark(fs, fs_path) instead of
+    being deleted, a trial's checkpoints force no experiment snapshot, Tune's automatic
+    snapshot period is max(floor_s, 19 x the last snapshot's time), and each copy of the
+    snapshot into the experiment folder runs as wrap_upload(the copy); restored after."""
+    from ray.train._internal import checkpoint_manager
+    from ray.train._internal.storage import _FilesystemSyncer
+    from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
+
+    def wrapped_command(original: Any) -> Any:
+        def command(self: Any, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+            upload, upload_kwargs = original(self, *args, **kwargs)
+            return wrap_upload(upload), upload_kwargs
+        return command
+
+    def period(self: Any, time_taken: float) -> None:
+        if self._auto_checkpoint_enabled:  # Tune's 5% of the run, from a lower floor
+            self._checkpoint_period = max(floor_s, time_taken * 19)
+
+    with _replaced(checkpoint_manager, "_delete_fs_path", lambda _original: mark), \
+            _replaced(_ExperimentCheckpointManager, "on_trial_checkpoint",
+                      lambda _original: lambda self, trial: None), \
+            _replaced(_ExperimentCheckpointManager, "_update_auto_checkpoint_time",
+                      lambda _original: period), \
+            _replaced(_FilesystemSyncer, "_sync_up_command", wrapped_command):
+        yield
+
+
+def delete_fs_path(fs: Any, fs_path: str) -> None:
+    """Ray's own deletion of a checkpoint folder (what Tune's checkpoint manager calls)."""
+    from ray.train._internal.storage import _delete_fs_path
+
+    _delete_fs_path(fs=fs, fs_path=fs_path)
+
+
 def kept_checkpoint_rows(trial: Any) -> list[dict[str, Any]]:
     """The result rows that carried the checkpoints Tune keeps for a trial, oldest first."""
     kept = trial.run_metadata.checkpoint_manager.best_checkpoint_results
@@ -164,9 +211,37 @@ def missing() -> list[str]:
             and isinstance(getattr(_CheckpointManager, "best_checkpoint_results", None),
                            property)):
         gaps.append("Trial.run_metadata.checkpoint_manager.best_checkpoint_results")
+    gaps += _snapshot_hook_gaps()
     gaps += [f"{path}.{name}" for path, name in INHERITED_STATE
              if not sets_or_defines(ray_class(path), name)]
     return gaps + [gap for hook in OVERRIDDEN_HOOKS if (gap := _hook_gap(hook))]
+
+
+def _snapshot_hook_gaps() -> list[str]:
+    from ray.train._internal import checkpoint_manager, storage
+    from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
+
+    wanted = {
+        "_CheckpointManager.register_checkpoint calls _delete_fs_path(fs=, fs_path=)":
+            "_delete_fs_path(fs=" in _source(checkpoint_manager._CheckpointManager)
+            and callable(getattr(checkpoint_manager, "_delete_fs_path", None)),
+        "_ExperimentCheckpointManager.on_trial_checkpoint(self, trial)":
+            _params(_ExperimentCheckpointManager, "on_trial_checkpoint") == ["self", "trial"],
+        "_ExperimentCheckpointManager._update_auto_checkpoint_time(self, time_taken)":
+            _params(_ExperimentCheckpointManager, "_update_auto_checkpoint_time")
+            == ["self", "time_taken"]
+            and all(f"self.{name}" in _source(_ExperimentCheckpointManager)
+                    for name in ("_auto_checkpoint_enabled", "_checkpoint_period")),
+        "_FilesystemSyncer._sync_up_command(self, local_path, uri, exclude)":
+            _params(storage._FilesystemSyncer, "_sync_up_command")
+            == ["self", "local_path", "uri", "exclude"],
+    }
+    return [name for name, there in wanted.items() if not there]
+
+
+def _params(cls: type, name: str) -> list[str]:
+    method = inspect.getattr_static(cls, name, None)
+    return list(inspect.signature(method).parameters) if inspect.isfunction(method) else []
 
 
 def _hook_gap(hook: Hook) -> str | None:

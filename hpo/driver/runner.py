@@ -260,10 +260,12 @@ def _fit(tuner: Any, spec: Spec) -> None:
     from ray.tune import TuneError
 
     from hpo.driver.guards.node_loss import node_losses_forgiven
+    from hpo.driver.guards.snapshot_deletes import deleted_after_snapshot
     from hpo.driver.guards.stops import signals_restored
 
     try:
-        with signals_restored(), node_losses_forgiven(), translate.result_batches(spec):
+        with signals_restored(), node_losses_forgiven(), deleted_after_snapshot(), \
+                translate.result_batches(spec):
             tuner.fit()
     except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
         if "did not include the specified metric" not in str(exc):

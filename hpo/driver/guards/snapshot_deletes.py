@@ -1,0 +1,111 @@
+"""A checkpoint Tune drops is deleted once a snapshot that no longer names it is in the folder.
+
+Tune keeps a trial's newest `checkpoint.keep` checkpoints and deletes the older ones at once.
+So that its experiment snapshot never names a deleted checkpoint, it then forces a whole
+snapshot each time a trial has checkpointed `keep` times since the last one: every trial's
+state written again, the driver's staging folder (every trial's files) copied into the
+experiment folder, and Tune's loop waiting for that copy. With thousands of trials each
+such snapshot grows with the trials, so the cost of a trial grew with the number before it
+(issue 36; Tune warns "snapshotting has been triggered multiple times" in hpo.log).
+
+Here a dropped checkpoint is only marked. The deletions marked before a snapshot is written
+are done once that snapshot's copy into the experiment folder has ended well; a failed copy
+hands them on to the next. Snapshots come on Tune's automatic period (19 times what the last
+one took, about 5% of the run, but at least PERIOD_FLOOR_S apart instead of Tune's 10 s) and
+at every stop, which still writes its snapshot whole and waits for it. The copy writes only
+the files that changed (hpo.driver.guards.snapshot_copy). So at every instant the folder's
+snapshot names checkpoints that are on disk, and a resume after a crash starts each trial from the checkpoint that snapshot names (the rows after it are cut and
+run again: hpo.driver.guards.history). A checkpoint outlives its drop by at most one snapshot
+period; a driver killed outright leaves the dropped checkpoints since the last snapshot behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from hpo.driver import ray_private
+from hpo.driver.guards.snapshot_copy import Copied, copy_changed
+
+_log = logging.getLogger("hpo.history")
+# Tune snapshots at most every max(10 s, 19 x a snapshot's time): 5% of the run. With the
+# checkpoints' forced snapshots gone, a lower floor keeps the folder about as fresh as
+# before for `hpo results` and a resume after a kill, at the same 5% bound.
+PERIOD_FLOOR_S = 1.0
+
+
+class _Dropped:
+    """The checkpoints Tune dropped that are not deleted yet, as (file system, path), and
+    what the run's snapshot copies wrote."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # marked in Tune's loop, deleted in the copy's thread
+        self._paths: list[tuple[Any, str]] = []
+        self.copied: Copied = {}  # what the snapshot's copies wrote (in the copy's thread)
+
+    def mark(self, fs: Any, fs_path: str) -> None:
+        with self._lock:
+            self._paths.append((fs, fs_path))
+
+    def take(self) -> list[tuple[Any, str]]:
+        with self._lock:
+            taken, self._paths = self._paths, []
+        return taken
+
+    def give_back(self, paths: list[tuple[Any, str]]) -> None:
+        with self._lock:
+            self._paths[:0] = paths
+
+    def deleting_after(self, upload: Callable[..., Any]) -> Callable[..., Any]:
+        """The snapshot's copy, then the deletion of what was dropped before it was written
+        (Tune writes the snapshot and starts its copy in one go, in its own loop)."""
+        return _SnapshotCopy(upload, self.take(), self)
+
+
+class _SnapshotCopy:
+    """A copy of the snapshot (only the files that changed: hpo.driver.guards.snapshot_copy),
+    then the deletions. Tune pickles the command with its storage context: this one pickles
+    as Tune's copy alone (the deletions belong to this driver)."""
+
+    def __init__(self, upload: Callable[..., Any], due: list[tuple[Any, str]],
+                 dropped: _Dropped) -> None:
+        self.upload, self.due, self.dropped = upload, due, dropped
+        functools.update_wrapper(self, upload)  # Ray names a slow copy by its __name__
+
+    def __call__(self, **kwargs: Any) -> None:
+        try:
+            copy_changed(self.upload, self.dropped.copied, **kwargs)
+        except BaseException:
+            self.dropped.give_back(self.due)
+            raise
+        for fs, fs_path in self.due:
+            _delete(fs, fs_path)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _plain, (self.upload,)
+
+
+def _plain(upload: Callable[..., Any]) -> Callable[..., Any]:
+    return upload
+
+
+def _delete(fs: Any, fs_path: str) -> None:
+    try:
+        ray_private.delete_fs_path(fs, fs_path)
+    except FileNotFoundError:  # a copy Tune ran again after a failure deleted it already
+        pass
+    except OSError as exc:  # the checkpoint stays on disk; the run goes on
+        _log.warning("could not delete the dropped checkpoint %s: %s", fs_path, exc)
+
+
+@contextlib.contextmanager
+def deleted_after_snapshot() -> Iterator[None]:
+    """While the block runs (Tune's fit), dropped checkpoints are deleted after the next
+    snapshot's copy, and checkpoints force no snapshot."""
+    dropped = _Dropped()
+    with ray_private.snapshot_hooks(dropped.mark, dropped.deleting_after, PERIOD_FLOOR_S):
+        yield

@@ -1,0 +1,86 @@
+"""A Tune callback that checks, at every step of Tune's loop, the experiment folder's snapshot
+against the checkpoints on disk (hpo.driver.guards.snapshot_deletes).
+
+At each step's end it reads the newest experiment_state-*.json of the folder (a copy still
+being written is skipped), and for every checkpoint that snapshot names notes whether it is
+on disk and whether Tune has dropped it already (no longer among the trial's kept ones): the
+instant where a resume needs a checkpoint that Tune no longer keeps. Given a marker file, it
+kills its own process (SIGKILL, no stop) at the first such instant, once (the marker stays:
+Tune stores the callback with the experiment, and `hpo resume` brings it back).
+
+Run as a script, it is a killed `hpo run` for the tests:
+    python tests/snapshot_watch.py STORAGE NAME
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+from ray.tune.utils.serialization import TuneFunctionDecoder
+
+SPEC: dict[str, Any] = {
+    "trainable": "tests/study_trainables.py:steady", "metric": "score", "mode": "max",
+    "num_samples": 2, "search_space": {"x": {"uniform": [0.0, 1.0]}},
+    "constants": {"steps": 12, "sleep": 0.1}, "search": {"type": "random", "seed": 5},
+    "checkpoint": {"frequency": 1, "keep": 1},
+}
+PERIOD_S = "0.2"  # TUNE_GLOBAL_CHECKPOINT_S: Tune's snapshot period (auto: >= 10 s)
+
+
+def named_checkpoints(exp_dir: Path) -> set[str] | None:
+    """The checkpoint paths the folder's newest snapshot names; None while it is unreadable."""
+    states = sorted(exp_dir.glob("experiment_state-*.json"))
+    if not states:
+        return set()
+    try:
+        state = json.loads(states[-1].read_text())
+    except (OSError, ValueError):  # Tune's copy is writing it
+        return None
+    named = set()
+    for _, runtime in state["trial_data"]:
+        manager = json.loads(runtime, cls=TuneFunctionDecoder,
+                             allow_cloudpickle=True)["checkpoint_manager"]
+        named |= {result.checkpoint.path for result in manager.best_checkpoint_results}
+    return named
+
+
+class SnapshotWatch(Callback):
+    def __init__(self, exp_dir: str, kill_marker: str = "") -> None:
+        self.exp_dir, self.kill_marker = exp_dir, kill_marker
+        self.missing: list[str] = []  # named by the folder's snapshot, not on disk
+        self.dropped_named = 0  # instants where the snapshot named a checkpoint Tune dropped
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        named = named_checkpoints(Path(self.exp_dir))
+        if not named:
+            return
+        kept = {result.checkpoint.path for trial in trials
+                for result in trial.run_metadata.checkpoint_manager.best_checkpoint_results}
+        self.missing += sorted(path for path in named if not os.path.isdir(path))
+        if named - kept:
+            self.dropped_named += 1
+            if self.kill_marker and not os.path.exists(self.kill_marker):
+                Path(self.kill_marker).write_text(f"{sorted(named - kept)}\n")
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(argv: list[str]) -> None:
+    import hpo
+
+    storage, name = argv[:2]
+    os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = PERIOD_S
+    watch = SnapshotWatch(str(Path(storage) / name), str(Path(storage) / f"{name}.killed"))
+    hpo.run({**SPEC, "name": name}, storage=storage, callbacks=[watch], keep_ray=False)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    from snapshot_watch import main as imported_main  # the class pickles under its module name
+
+    imported_main(sys.argv[1:])

@@ -1,0 +1,128 @@
+"""Dropped checkpoints are deleted only after a snapshot that no longer names them is in the
+folder, and checkpoints force no snapshot (hpo.driver.guards.snapshot_deletes), on real Ray.
+
+The instants are not left to timing: Tune snapshots every 0.2 s here, and the watch checks the
+folder at every step of Tune's loop, while the snapshot's copy runs beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, trial_rows
+from snapshot_watch import PERIOD_S, SPEC, SnapshotWatch, named_checkpoints
+
+import hpo
+from hpo.driver.guards.snapshot_copy import copy_changed
+from hpo.driver.guards.snapshot_deletes import _Dropped, _SnapshotCopy
+
+STEPS = SPEC["constants"]["steps"]
+
+
+def _checkpoint_folders(exp_dir: Path) -> dict[str, list[str]]:
+    return {trial.name: sorted(p.name for p in trial.glob("checkpoint_*"))
+            for trial in sorted(exp_dir.iterdir()) if trial.is_dir()}
+
+
+@pytest.mark.slow
+def test_the_folders_snapshot_names_only_checkpoints_on_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", PERIOD_S)
+    watch = SnapshotWatch(str(tmp_path / "w"))
+    hpo.run({**SPEC, "name": "w"}, storage=str(tmp_path), callbacks=[watch], keep_ray=True)
+    assert watch.missing == []
+    assert watch.dropped_named > 0  # the instants the test is about did come
+    # every dropped checkpoint is gone by the end: the newest `keep` (1) stays
+    last = f"checkpoint_{STEPS - 1:06d}"
+    assert list(_checkpoint_folders(tmp_path / "w").values()) == [[last]] * SPEC["num_samples"]
+    assert named_checkpoints(tmp_path / "w") == {
+        str(path) for path in (tmp_path / "w").glob(f"*/{last}")}
+    assert "snapshotting has been triggered multiple times" not in (
+        tmp_path / "w" / "hpo.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_driver_killed_when_its_snapshot_names_a_dropped_checkpoint_resumes_exactly(
+        tmp_path: Path) -> None:
+    """SIGKILL at the first step where the folder's snapshot names a checkpoint Tune has
+    dropped: that checkpoint is still there, and `hpo resume` restarts from it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}  # the watch is pickled with it
+    killed = subprocess.run([sys.executable, "tests/snapshot_watch.py", str(tmp_path), "k"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert (tmp_path / "k.killed").exists()
+    named = named_checkpoints(tmp_path / "k")
+    assert named and all(os.path.isdir(path) for path in named), named
+    resumed = subprocess.run([sys.executable, "-m", "hpo", "resume", str(tmp_path / "k")],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    rows = {name: [r["training_iteration"] for r in found]
+            for name, found in trial_rows(tmp_path / "k").items()}
+    assert list(rows.values()) == [list(range(1, STEPS + 1))] * SPEC["num_samples"], rows
+
+
+def _upload(**kwargs: object) -> None:
+    assert kwargs["fs"] == "remote"  # not the local file system: Tune's own copy
+
+
+def _failing_upload(**kwargs: object) -> None:
+    raise OSError(28, "No space left on device")
+
+
+def test_deletions_wait_for_the_copy_and_a_failed_copy_hands_them_on(tmp_path: Path) -> None:
+    from pyarrow.fs import LocalFileSystem
+
+    fs = LocalFileSystem()
+    folders = [tmp_path / f"checkpoint_{i:06d}" for i in range(3)]
+    for folder in folders:
+        folder.mkdir()
+    where = {"local_path": "staging", "fs": "remote", "fs_path": "exp", "exclude": None}
+    dropped = _Dropped()
+    dropped.mark(fs, str(folders[0]))
+    failing = dropped.deleting_after(_failing_upload)
+    dropped.mark(fs, str(folders[1]))  # after the snapshot: not this copy's to delete
+    with pytest.raises(OSError):
+        failing(**where)
+    assert all(folder.is_dir() for folder in folders)
+    copy = dropped.deleting_after(_upload)  # the next snapshot's copy takes both
+    assert dropped.take() == []
+    copy(**where)
+    assert [folder.is_dir() for folder in folders] == [False, False, True]
+    copy(**where)  # Ray runs a copy again after a failure: deleted ones are not an error
+    # Tune pickles the command with its storage context: it pickles as the copy alone
+    assert pickle.loads(pickle.dumps(copy)) is _upload
+    assert isinstance(copy, _SnapshotCopy) and copy.__name__ == "_upload"
+
+
+def _stamps(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")
+            if p.is_file()}
+
+
+def test_the_snapshot_copy_writes_only_what_changed(tmp_path: Path) -> None:
+    from pyarrow.fs import LocalFileSystem
+
+    staging, exp = tmp_path / "staging", tmp_path / "exp"
+    for trial in ("a", "b"):
+        (staging / trial).mkdir(parents=True)
+        (staging / trial / "result.json").write_text(f"{trial}1\n")
+    (staging / "experiment_state.json").write_text("{}")
+    copied: dict = {}
+    where = {"local_path": str(staging), "fs": LocalFileSystem(), "fs_path": str(exp)}
+    copy_changed(_failing_upload, copied, **where)  # a local copy is hpo's own
+    assert _stamps(exp).keys() == _stamps(staging).keys()
+    first = _stamps(exp)
+    copy_changed(_failing_upload, copied, **where)
+    assert _stamps(exp) == first  # nothing changed, nothing written
+    with (staging / "b" / "result.json").open("a") as file:
+        file.write("b2\n")
+    (exp / "a" / "result.json").write_text("")  # cut short in the folder (a full disk)
+    copy_changed(_failing_upload, copied, **where)
+    changed = {name for name, ns in _stamps(exp).items() if ns != first[name]}
+    assert changed == {"a/result.json", "b/result.json"}
+    assert [(exp / t / "result.json").read_text() for t in "ab"] == ["a1\n", "b1\nb2\n"]

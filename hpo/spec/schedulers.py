@@ -45,9 +45,9 @@ class Fifo(_Scheduler):
     type: Literal["fifo"]
 
     def build(self) -> Any:
-        from ray.tune.schedulers import FIFOScheduler
+        from hpo.spec.fifo_choice import FifoScheduler
 
-        return FIFOScheduler()
+        return FifoScheduler()
 
     def decision_points(self) -> list[int] | None:
         """FIFO decides nothing by itself (see _Scheduler.decision_points)."""
@@ -137,9 +137,9 @@ class Median(_Scheduler):
     hard_stop: bool = True
 
     def build(self) -> Any:
-        from ray.tune.schedulers import MedianStoppingRule
+        from hpo.spec.fifo_choice import MedianStopping
 
-        return MedianStoppingRule(**self.model_dump(exclude={"type"}))
+        return MedianStopping(**self.model_dump(exclude={"type"}))
 
 
 def _check_mutations(mutations: dict[str, Distribution]) -> None:

@@ -14,11 +14,13 @@ from typing import Any
 
 from ray.tune.schedulers import AsyncHyperBandScheduler, PopulationBasedTraining
 
+from hpo.spec.fifo_choice import SkipsEnded
 from hpo.spec.seeded_draws import SeedableDraws
 
 
-class SeedableASHA(SeedableDraws, AsyncHyperBandScheduler):
-    """ASHA (Ray's ASHAScheduler is this class under another name)."""
+class SeedableASHA(SeedableDraws, SkipsEnded, AsyncHyperBandScheduler):
+    """ASHA (Ray's ASHAScheduler is this class under another name), choosing the next trial
+    as Ray's does without rescanning the ended ones (hpo.spec.fifo_choice)."""
 
 
 class SeedablePBT(SeedableDraws, PopulationBasedTraining):

@@ -4,19 +4,20 @@ Tune keeps a trial's newest `checkpoint.keep` checkpoints and deletes the older 
 So that its experiment snapshot never names a deleted checkpoint, it then forces a whole
 snapshot each time a trial has checkpointed `keep` times since the last one: every trial's
 state written again, the driver's staging folder (every trial's files) copied into the
-experiment folder, and Tune's loop waiting for that copy. With thousands of trials each
-such snapshot grows with the trials, so the cost of a trial grew with the number before it
-(issue 36; Tune warns "snapshotting has been triggered multiple times" in hpo.log).
+experiment folder, and Tune's loop waiting for that copy. With thousands of trials each such
+snapshot grows with the trials, so the cost of a trial grew with the number before it (issue
+36; Tune warns "snapshotting has been triggered multiple times" in hpo.log).
 
-Here a dropped checkpoint is only marked. The deletions marked before a snapshot is written
-are done once that snapshot's copy into the experiment folder has ended well; a failed copy
-hands them on to the next. Snapshots come on Tune's automatic period (19 times what the last
-one took, about 5% of the run, but at least PERIOD_FLOOR_S apart instead of Tune's 10 s) and
-at every stop, which still writes its snapshot whole and waits for it. The copy writes only
-the files that changed (hpo.driver.guards.snapshot_copy). So at every instant the folder's
-snapshot names checkpoints that are on disk, and a resume after a crash starts each trial from the checkpoint that snapshot names (the rows after it are cut and
-run again: hpo.driver.guards.history). A checkpoint outlives its drop by at most one snapshot
-period; a driver killed outright leaves the dropped checkpoints since the last snapshot behind.
+Here a dropped checkpoint is only marked. The deletions marked before a snapshot is written are
+done once that snapshot's copy into the experiment folder has ended well; a failed copy hands
+them on to the next. Snapshots come on Tune's automatic period (19 times what the last one
+took, about 5% of the run, but at least PERIOD_FLOOR_S apart instead of Tune's 10 s) and at
+every stop, which still writes its snapshot whole and waits for it. The copy writes only the
+files that changed (hpo.driver.guards.snapshot_copy). So at every instant the folder's snapshot
+names checkpoints that are on disk, and a resume after a crash starts each trial from the
+checkpoint that snapshot names (the rows after it are cut and run again:
+hpo.driver.guards.history). A checkpoint outlives its drop by at most one snapshot period; a
+driver killed outright leaves the dropped checkpoints since the last snapshot behind.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from conftest import ROOT, trial_rows
 from snapshot_watch import PERIOD_S, SPEC, SnapshotWatch, named_checkpoints
 
 import hpo
+from hpo.driver.guards import snapshot_copy
 from hpo.driver.guards.snapshot_copy import copy_changed
 from hpo.driver.guards.snapshot_deletes import _Dropped, _SnapshotCopy
 
@@ -104,7 +106,8 @@ def _stamps(folder: Path) -> dict[str, int]:
             if p.is_file()}
 
 
-def test_the_snapshot_copy_writes_only_what_changed(tmp_path: Path) -> None:
+def test_the_snapshot_copy_writes_only_what_changed(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from pyarrow.fs import LocalFileSystem
 
     staging, exp = tmp_path / "staging", tmp_path / "exp"
@@ -118,11 +121,25 @@ def test_the_snapshot_copy_writes_only_what_changed(tmp_path: Path) -> None:
     assert _stamps(exp).keys() == _stamps(staging).keys()
     first = _stamps(exp)
     copy_changed(_failing_upload, copied, **where)
-    assert _stamps(exp) == first  # nothing changed, nothing written
+    # the state files at the top are copied every time; the trials' files had no change
+    assert {name for name, ns in _stamps(exp).items() if ns != first[name]} == {
+        "experiment_state.json"}
+    first = _stamps(exp)
     with (staging / "b" / "result.json").open("a") as file:
         file.write("b2\n")
     (exp / "a" / "result.json").write_text("")  # cut short in the folder (a full disk)
+    # a temporary file of Tune's atomic saves, renamed between the walk and its copy
+    (staging / "searcher.tmp").write_text("")
+    real_copy = shutil.copyfile
+
+    def renamed_first(source: str, target: str) -> object:
+        if source.endswith(".tmp"):
+            os.replace(source, staging / "searcher.pkl")
+        return real_copy(source, target)
+
+    monkeypatch.setattr(snapshot_copy.shutil, "copyfile", renamed_first)
     copy_changed(_failing_upload, copied, **where)
     changed = {name for name, ns in _stamps(exp).items() if ns != first[name]}
-    assert changed == {"a/result.json", "b/result.json"}
+    assert changed == {"a/result.json", "b/result.json", "experiment_state.json"}
+    assert not (exp / "searcher.tmp").exists()  # the next copy takes searcher.pkl
     assert [(exp / t / "result.json").read_text() for t in "ab"] == ["a1\n", "b1\nb2\n"]

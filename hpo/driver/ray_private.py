@@ -151,11 +151,12 @@ def actor_errors_handled_by(handler: ActorErrorHandler) -> Iterator[None]:
 @contextlib.contextmanager
 def snapshot_hooks(mark: Callable[[Any, str], None],
                    wrap_upload: Callable[[Callable[..., Any]], Callable[..., Any]],
-                   floor_s: float) -> Iterator[None]:
+                   floor_s: float, copy_s: Callable[[], float]) -> Iterator[None]:
     """While the block runs, a checkpoint Tune drops is given to mark(fs, fs_path) instead of
     being deleted, a trial's checkpoints force no experiment snapshot, Tune's automatic
-    snapshot period is max(floor_s, 19 x the last snapshot's time), and each copy of the
-    snapshot into the experiment folder runs as wrap_upload(the copy); restored after."""
+    snapshot period is max(floor_s, 19 x (the last snapshot's time + copy_s(), the last
+    copy's)), and each copy of the snapshot into the experiment folder runs as
+    wrap_upload(the copy); restored after."""
     from ray.train._internal import checkpoint_manager
     from ray.train._internal.storage import _FilesystemSyncer
     from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
@@ -168,7 +169,7 @@ def snapshot_hooks(mark: Callable[[Any, str], None],
 
     def period(self: Any, time_taken: float) -> None:
         if self._auto_checkpoint_enabled:  # Tune's 5% of the run, from a lower floor
-            self._checkpoint_period = max(floor_s, time_taken * 19)
+            self._checkpoint_period = max(floor_s, (time_taken + copy_s()) * 19)
 
     with _replaced(checkpoint_manager, "_delete_fs_path", lambda _original: mark), \
             _replaced(_ExperimentCheckpointManager, "on_trial_checkpoint",

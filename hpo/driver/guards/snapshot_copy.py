@@ -5,7 +5,9 @@ folder, and copies that whole folder into the experiment folder at each snapshot
 thousands of trials, tens of thousands of files each time, most of them trials long ended
 (issue 36). Here a file is copied again only when it changed since this run last copied it
 (its size or mtime differ from what they were when that copy began: a file written during a
-copy is copied again next time), or when the folder's copy is missing or not as long as it.
+copy is copied again next time), or when the folder's copy is missing or not as long as it;
+the few state files at the top (the snapshot, the searcher's and callbacks' states, rewritten
+in place at every snapshot, maybe within one mtime tick) are copied every time.
 Each file is written in place, as Tune's copy writes it (hpo.driver.guards.whole_state
 rewrites a state file cut short by a full disk). A file system other than the local one, or a
 copy that excludes files, goes through Tune's own copy.
@@ -38,12 +40,18 @@ def copy_changed(upload: Callable[..., Any], copied: Copied, local_path: str, fs
         for name in names:
             source, target = os.path.join(folder, name), os.path.join(into, name)
             stamp = _stamp(source)
-            if stamp is None or (copied.get(source) == stamp and _size(target) == stamp[0]):
-                continue  # gone since the walk saw it, or unchanged
+            if stamp is None or (folder != local_path and copied.get(source) == stamp
+                                 and _size(target) == stamp[0]):
+                continue  # gone since the walk saw it, or a trial's file that did not change
             if not made:
                 os.makedirs(into, exist_ok=True)
                 made = True
-            shutil.copyfile(source, target)
+            try:
+                shutil.copyfile(source, target)
+            except FileNotFoundError:
+                if os.path.exists(source):  # the folder's side failed
+                    raise
+                continue  # a temporary file of Tune's atomic saves, renamed since
             copied[source] = stamp
 
 

@@ -10,8 +10,8 @@ snapshot grows with the trials, so the cost of a trial grew with the number befo
 
 Here a dropped checkpoint is only marked. The deletions marked before a snapshot is written are
 done once that snapshot's copy into the experiment folder has ended well; a failed copy hands
-them on to the next. Snapshots come on Tune's automatic period (19 times what the last one
-took, about 5% of the run, but at least PERIOD_FLOOR_S apart instead of Tune's 10 s) and at
+them on to the next. Snapshots come on Tune's automatic period (19 times what the last one and
+its copy took, about 5% of the run, but at least PERIOD_FLOOR_S apart, not Tune's 10 s) and at
 every stop, which still writes its snapshot whole and waits for it. The copy writes only the
 files that changed (hpo.driver.guards.snapshot_copy). So at every instant the folder's snapshot
 names checkpoints that are on disk, and a resume after a crash starts each trial from the
@@ -26,6 +26,7 @@ import contextlib
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,7 +36,8 @@ from hpo.driver.guards.snapshot_copy import Copied, copy_changed
 _log = logging.getLogger("hpo.history")
 # Tune snapshots at most every max(10 s, 19 x a snapshot's time): 5% of the run. With the
 # checkpoints' forced snapshots gone, a lower floor keeps the folder about as fresh as
-# before for `hpo results` and a resume after a kill, at the same 5% bound.
+# before for `hpo results` and a resume after a kill, at the same 5% bound, which here also
+# counts the last copy's time (its file system calls on a shared file system).
 PERIOD_FLOOR_S = 1.0
 
 
@@ -46,7 +48,11 @@ class _Dropped:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # marked in Tune's loop, deleted in the copy's thread
         self._paths: list[tuple[Any, str]] = []
-        self.copied: Copied = {}  # what the snapshot's copies wrote (in the copy's thread)
+        # One copy at a time: Tune starts the next one beside a copy that ran past its
+        # sync_timeout, and that one must not delete what the late one's snapshot names.
+        self.copying = threading.Lock()
+        self.copied: Copied = {}  # what the snapshot's copies wrote
+        self.last_copy_s = 0.0
 
     def mark(self, fs: Any, fs_path: str) -> None:
         with self._lock:
@@ -78,13 +84,16 @@ class _SnapshotCopy:
         functools.update_wrapper(self, upload)  # Ray names a slow copy by its __name__
 
     def __call__(self, **kwargs: Any) -> None:
-        try:
-            copy_changed(self.upload, self.dropped.copied, **kwargs)
-        except BaseException:
-            self.dropped.give_back(self.due)
-            raise
-        for fs, fs_path in self.due:
-            _delete(fs, fs_path)
+        with self.dropped.copying:
+            started = time.monotonic()
+            try:
+                copy_changed(self.upload, self.dropped.copied, **kwargs)
+            except BaseException:
+                self.dropped.give_back(self.due)
+                raise
+            for fs, fs_path in self.due:
+                _delete(fs, fs_path)
+            self.dropped.last_copy_s = time.monotonic() - started
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _plain, (self.upload,)
@@ -95,10 +104,8 @@ def _plain(upload: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _delete(fs: Any, fs_path: str) -> None:
-    try:
+    try:  # Ray's deletion logs its own errors; a folder already gone raises
         ray_private.delete_fs_path(fs, fs_path)
-    except FileNotFoundError:  # a copy Tune ran again after a failure deleted it already
-        pass
     except OSError as exc:  # the checkpoint stays on disk; the run goes on
         _log.warning("could not delete the dropped checkpoint %s: %s", fs_path, exc)
 
@@ -108,5 +115,10 @@ def deleted_after_snapshot() -> Iterator[None]:
     """While the block runs (Tune's fit), dropped checkpoints are deleted after the next
     snapshot's copy, and checkpoints force no snapshot."""
     dropped = _Dropped()
-    with ray_private.snapshot_hooks(dropped.mark, dropped.deleting_after, PERIOD_FLOOR_S):
+    with ray_private.snapshot_hooks(dropped.mark, dropped.deleting_after, PERIOD_FLOOR_S,
+                                    lambda: dropped.last_copy_s):
         yield
+    left = [fs_path for _, fs_path in dropped.take()]
+    if left:  # Tune's loop failed, or its last copy did: no snapshot names them
+        _log.warning("%d checkpoint(s) Tune dropped are still on disk (the run ended before "
+                     "a snapshot without them was copied): %s", len(left), ", ".join(left))

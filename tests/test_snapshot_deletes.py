@@ -95,7 +95,7 @@ def test_deletions_wait_for_the_copy_and_a_failed_copy_hands_them_on(tmp_path: P
     assert dropped.take() == []
     copy(**where)
     assert [folder.is_dir() for folder in folders] == [False, False, True]
-    copy(**where)  # Ray runs a copy again after a failure: deleted ones are not an error
+    copy(**where)  # the same copy once more: the folders it deletes are gone, no error
     # Tune pickles the command with its storage context: it pickles as the copy alone
     assert pickle.loads(pickle.dumps(copy)) is _upload
     assert isinstance(copy, _SnapshotCopy) and copy.__name__ == "_upload"

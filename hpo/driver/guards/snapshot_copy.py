@@ -20,18 +20,16 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
+from pyarrow.fs import LocalFileSystem  # Tune's storage has imported it already
+
 # source path -> (size, mtime_ns) as they were when the file's last copy began
 Copied = dict[str, tuple[int, int]]
-
-
-def _is_local(fs: Any) -> bool:
-    return type(fs).__name__ == "LocalFileSystem"
 
 
 def copy_changed(upload: Callable[..., Any], copied: Copied, local_path: str, fs: Any,
                  fs_path: str, exclude: Any = None) -> None:
     """Tune's `upload(local_path=, fs=, fs_path=, exclude=)`, copying only what changed."""
-    if exclude or not _is_local(fs) or not os.path.isdir(local_path):
+    if exclude or not isinstance(fs, LocalFileSystem) or not os.path.isdir(local_path):
         upload(local_path=local_path, fs=fs, fs_path=fs_path, exclude=exclude)
         return
     for folder, _, names in os.walk(local_path):

@@ -34,7 +34,7 @@ from hpo.driver import ray_private
 from hpo.driver.guards.snapshot_copy import Copied, copy_changed
 
 _log = logging.getLogger("hpo.history")
-# Tune snapshots at most every max(10 s, 19 x a snapshot's time): 5% of the run. With the
+# Tune's snapshots are max(10 s, 19 x a snapshot's time) apart: 5% of the run. With the
 # checkpoints' forced snapshots gone, a lower floor keeps the folder about as fresh as
 # before for `hpo results` and a resume after a kill, at the same 5% bound, which here also
 # counts the last copy's time (its file system calls on a shared file system).

@@ -4,7 +4,10 @@ against the checkpoints on disk (hpo.driver.guards.snapshot_deletes).
 At each step's end it reads the newest experiment_state-*.json of the folder (a copy still
 being written is skipped), and for every checkpoint that snapshot names notes whether it is
 on disk and whether Tune has dropped it already (no longer among the trial's kept ones): the
-instant where a resume needs a checkpoint that Tune no longer keeps. Given a marker file, it
+instant where a resume needs a checkpoint that Tune no longer keeps. It also notes a trial whose
+result.json in the folder lacks a row up to the iteration of the checkpoint the snapshot names:
+a resume from that instant would lose the row (the copy is still running beside the watch, so
+every instant of it is seen that falls between two steps). Given a marker file, it
 kills its own process (SIGKILL, no stop) at the first such instant, once (the marker stays:
 Tune stores the callback with the experiment, and `hpo resume` brings it back).
 
@@ -33,21 +36,45 @@ SPEC: dict[str, Any] = {
 PERIOD_S = "0.2"  # TUNE_GLOBAL_CHECKPOINT_S: Tune's snapshot period (auto: >= 10 s)
 
 
-def named_checkpoints(exp_dir: Path) -> set[str] | None:
-    """The checkpoint paths the folder's newest snapshot names; None while it is unreadable."""
+def _named_results(exp_dir: Path) -> list[Any] | None:
+    """The results of the checkpoints the folder's newest snapshot names; None while it is
+    unreadable."""
     states = sorted(exp_dir.glob("experiment_state-*.json"))
     if not states:
-        return set()
+        return []
     try:
         state = json.loads(states[-1].read_text())
-    except (OSError, ValueError):  # Tune's copy is writing it
+    except (OSError, ValueError):  # Tune's own copy writes it in place
         return None
-    named = set()
+    named = []
     for _, runtime in state["trial_data"]:
         manager = json.loads(runtime, cls=TuneFunctionDecoder,
                              allow_cloudpickle=True)["checkpoint_manager"]
-        named |= {result.checkpoint.path for result in manager.best_checkpoint_results}
+        named += manager.best_checkpoint_results
     return named
+
+
+def named_checkpoints(exp_dir: Path) -> set[str] | None:
+    """The checkpoint paths the folder's newest snapshot names; None while it is unreadable."""
+    named = _named_results(exp_dir)
+    return None if named is None else {result.checkpoint.path for result in named}
+
+
+def rows_short_of_named(exp_dir: Path) -> list[str]:
+    """The checkpoints the folder's snapshot names whose trial's result.json in the folder
+    lacks one of the rows 1..the checkpoint's iteration."""
+    short = []
+    for result in _named_results(exp_dir) or []:
+        rows = Path(result.checkpoint.path).parent / "result.json"
+        last = result.metrics["training_iteration"]
+        try:
+            found = [json.loads(line)["training_iteration"]
+                     for line in rows.read_text().splitlines()[:last]]
+        except (OSError, ValueError):  # missing, or a line cut short
+            found = []
+        if found != list(range(1, last + 1)):
+            short.append(f"{result.checkpoint.path}: rows {found}")
+    return short
 
 
 class SnapshotWatch(Callback):
@@ -55,6 +82,7 @@ class SnapshotWatch(Callback):
         self.exp_dir, self.kill_marker = exp_dir, kill_marker
         self.missing: list[str] = []  # named by the folder's snapshot, not on disk
         self.dropped_named = 0  # instants where the snapshot named a checkpoint Tune dropped
+        self.rows_short: list[str] = []  # named checkpoints whose rows the folder lacks
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         named = named_checkpoints(Path(self.exp_dir))
@@ -63,6 +91,7 @@ class SnapshotWatch(Callback):
         kept = {result.checkpoint.path for trial in trials
                 for result in trial.run_metadata.checkpoint_manager.best_checkpoint_results}
         self.missing += sorted(path for path in named if not os.path.isdir(path))
+        self.rows_short += rows_short_of_named(Path(self.exp_dir))
         if named - kept:
             self.dropped_named += 1
             if self.kill_marker and not os.path.exists(self.kill_marker):

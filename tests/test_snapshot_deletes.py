@@ -37,7 +37,8 @@ def test_the_folders_snapshot_names_only_checkpoints_on_disk(
     monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", PERIOD_S)
     watch = SnapshotWatch(str(tmp_path / "w"))
     hpo.run({**SPEC, "name": "w"}, storage=str(tmp_path), callbacks=[watch], keep_ray=True)
-    assert watch.missing == []
+    assert watch.missing == [], "named by the snapshot, not on disk"
+    assert watch.rows_short == [], "named by the snapshot, its rows not in the folder"
     assert watch.dropped_named > 0  # the instants the test is about did come
     # every dropped checkpoint is gone by the end: the newest `keep` (1) stays
     last = f"checkpoint_{STEPS - 1:06d}"
@@ -66,6 +67,11 @@ def test_a_driver_killed_when_its_snapshot_names_a_dropped_checkpoint_resumes_ex
     rows = {name: [r["training_iteration"] for r in found]
             for name, found in trial_rows(tmp_path / "k").items()}
     assert list(rows.values()) == [list(range(1, STEPS + 1))] * SPEC["num_samples"], rows
+    # the checkpoints dropped after that snapshot were written again by the steps run again,
+    # and dropped and deleted as usual: none is left behind
+    last = f"checkpoint_{STEPS - 1:06d}"
+    assert list(_checkpoint_folders(tmp_path / "k").values()) == [
+        [last]] * SPEC["num_samples"]
 
 
 def _upload(**kwargs: object) -> None:
@@ -143,3 +149,50 @@ def test_the_snapshot_copy_writes_only_what_changed(tmp_path: Path,
     assert changed == {"a/result.json", "b/result.json", "experiment_state.json"}
     assert not (exp / "searcher.tmp").exists()  # the next copy takes searcher.pkl
     assert [(exp / t / "result.json").read_text() for t in "ab"] == ["a1\n", "b1\nb2\n"]
+
+
+def test_the_folders_snapshot_never_runs_ahead_of_its_rows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state files are read first and renamed into the folder last; every file is written
+    whole: a copy cut short (a kill, a full disk) leaves the folder as it was."""
+    from pyarrow.fs import LocalFileSystem
+
+    staging, exp = tmp_path / "staging", tmp_path / "exp"
+    (staging / "a").mkdir(parents=True)
+    state, rows = staging / "experiment_state.json", staging / "a" / "result.json"
+    state.write_text("s1")
+    rows.write_text("r1\n")
+    copied: dict = {}
+    where = {"local_path": str(staging), "fs": LocalFileSystem(), "fs_path": str(exp)}
+    copy_changed(_failing_upload, copied, **where)
+    state.write_text("s2")
+    rows.write_text("r1\nr2\n")
+    real_copy = shutil.copyfile
+
+    def full_disk_at_rows(source: str, target: str) -> object:
+        if source == str(rows):
+            Path(target).write_text("r")  # cut short
+            raise OSError(28, "No space left on device")
+        return real_copy(source, target)
+
+    monkeypatch.setattr(snapshot_copy.shutil, "copyfile", full_disk_at_rows)
+    with pytest.raises(OSError):
+        copy_changed(_failing_upload, copied, **where)
+    assert (exp / "experiment_state.json").read_text() == "s1"
+    assert (exp / "a" / "result.json").read_text() == "r1\n"
+    assert sorted(p.name for p in exp.rglob(".*")) == []  # no partial copy left
+    seen: list[str] = []
+
+    def tune_writes_again(source: str, target: str) -> object:
+        if source == str(state):
+            done = real_copy(source, target)
+            state.write_text("s3")  # Tune's next snapshot, while this copy runs
+            return done
+        seen.append((exp / "experiment_state.json").read_text())
+        return real_copy(source, target)
+
+    monkeypatch.setattr(snapshot_copy.shutil, "copyfile", tune_writes_again)
+    copy_changed(_failing_upload, copied, **where)
+    assert seen == ["s1"]  # the rows were copied while the folder still named the old state
+    assert (exp / "experiment_state.json").read_text() == "s2"
+    assert (exp / "a" / "result.json").read_text() == "r1\nr2\n"

@@ -1,4 +1,5 @@
-"""The snapshot's copy into a local experiment folder copies only the files that changed.
+"""The snapshot's copy into a local experiment folder copies only the files that changed, each
+whole, and the snapshot last.
 
 Tune writes the experiment snapshot and every trial's result files in the driver's staging
 folder, and copies that whole folder into the experiment folder at each snapshot: with
@@ -8,17 +9,26 @@ thousands of trials, tens of thousands of files each time, most of them trials l
 copy is copied again next time), or when the folder's copy is missing or not as long as it;
 the few state files at the top (the snapshot, the searcher's and callbacks' states, rewritten
 in place at every snapshot, maybe within one mtime tick) are copied every time.
-Each file is written in place, as Tune's copy writes it (hpo.driver.guards.whole_state
-rewrites a state file cut short by a full disk). A file system other than the local one, or a
-copy that excludes files, goes through Tune's own copy.
+
+The folder is a resume's truth at every instant, a SIGKILL of the driver included:
+- each file is written beside its copy and renamed over it, so a copy cut short by a kill or a
+  full disk leaves the folder's file as it was, never a prefix of it (Tune's copy writes in
+  place: a killed copy left a trial's result.json short of rows its checkpoint had);
+- the state files at the top are read first (Tune has just written them; it may write them
+  again, in place, while a slow copy runs) and renamed into the folder last, after every
+  trial's files: the snapshot the folder names never runs ahead of the rows the folder holds
+  (the rows reach the staging folder before the snapshot that counts them).
+A file system other than the local one, or a copy that excludes files, goes through Tune's
+own copy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyarrow.fs import LocalFileSystem  # Tune's storage has imported it already
 
@@ -32,25 +42,72 @@ def copy_changed(upload: Callable[..., Any], copied: Copied, local_path: str, fs
     if exclude or not isinstance(fs, LocalFileSystem) or not os.path.isdir(local_path):
         upload(local_path=local_path, fs=fs, fs_path=fs_path, exclude=exclude)
         return
-    for folder, _, names in os.walk(local_path):
-        into = os.path.join(fs_path, os.path.relpath(folder, local_path))
-        made = False
-        for name in names:
-            source, target = os.path.join(folder, name), os.path.join(into, name)
-            stamp = _stamp(source)
-            if stamp is None or (folder != local_path and copied.get(source) == stamp
-                                 and _size(target) == stamp[0]):
-                continue  # gone since the walk saw it, or a trial's file that did not change
-            if not made:
+    walk = os.walk(local_path)
+    _, _, state_names = next(walk)
+    os.makedirs(fs_path, exist_ok=True)
+    states: list[_Beside] = []
+    try:
+        for name in state_names:  # Tune has just written them: read them first
+            beside = _copy_beside(local_path, fs_path, name)
+            if beside is not None:
+                states.append(beside)
+        for folder, _, names in walk:
+            into = os.path.join(fs_path, os.path.relpath(folder, local_path))
+            changed = [name for name in names if _changed(copied, folder, into, name)]
+            if changed:
                 os.makedirs(into, exist_ok=True)
-                made = True
-            try:
-                shutil.copyfile(source, target)
-            except FileNotFoundError:
-                if os.path.exists(source):  # the folder's side failed
-                    raise
-                continue  # a temporary file of Tune's atomic saves, renamed since
-            copied[source] = stamp
+            for beside in filter(None, (_copy_beside(folder, into, name) for name in changed)):
+                _rename_over(copied, beside)
+        for beside in states:
+            _rename_over(copied, beside)
+    finally:
+        for beside in states:  # left by a failed copy
+            _unlink(beside.partial)
+
+
+class _Beside(NamedTuple):
+    source: str
+    stamp: tuple[int, int]  # the source's, as its copy began
+    partial: str  # the copy, beside the folder's file
+    target: str
+
+
+def _changed(copied: Copied, folder: str, into: str, name: str) -> bool:
+    stamp = _stamp(os.path.join(folder, name))
+    return stamp is not None and not (copied.get(os.path.join(folder, name)) == stamp
+                                      and _size(os.path.join(into, name)) == stamp[0])
+
+
+def _copy_beside(folder: str, into: str, name: str) -> _Beside | None:
+    """The file copied beside the folder's one; None when it is gone since the walk (a
+    temporary file of Tune's atomic saves, renamed since)."""
+    source, target = os.path.join(folder, name), os.path.join(into, name)
+    stamp = _stamp(source)
+    if stamp is None:
+        return None
+    partial = os.path.join(into, f".{name}.hpo-copy")
+    try:
+        shutil.copyfile(source, partial)
+    except BaseException as exc:
+        _unlink(partial)  # a full disk: give its room back
+        if isinstance(exc, FileNotFoundError) and not os.path.exists(source):
+            return None
+        raise
+    return _Beside(source, stamp, partial, target)
+
+
+def _rename_over(copied: Copied, beside: _Beside) -> None:
+    try:
+        os.replace(beside.partial, beside.target)
+    except BaseException:
+        _unlink(beside.partial)
+        raise
+    copied[beside.source] = beside.stamp
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def _stamp(path: str) -> tuple[int, int] | None:

@@ -182,17 +182,21 @@ def test_the_folders_snapshot_never_runs_ahead_of_its_rows(
     assert (exp / "a" / "result.json").read_text() == "r1\n"
     assert sorted(p.name for p in exp.rglob(".*")) == []  # no partial copy left
     seen: list[str] = []
+    (staging / ".1f2e-tmp-searcher.pkl").write_text("half")  # temporaries being written
+    (staging / "a" / ".result.json.cut").write_text("r1")
 
     def tune_writes_again(source: str, target: str) -> object:
-        if source == str(state):
-            done = real_copy(source, target)
-            state.write_text("s3")  # Tune's next snapshot, while this copy runs
-            return done
-        seen.append((exp / "experiment_state.json").read_text())
-        return real_copy(source, target)
+        done = real_copy(source, target)
+        if source == str(state) and state.read_text() == "s2":
+            state.write_text("s3")  # Tune's next snapshot while this one was read: read again
+        elif source == str(rows):
+            seen.append((exp / "experiment_state.json").read_text())
+            state.write_text("s4")  # and after it was read: not this copy's
+        return done
 
     monkeypatch.setattr(snapshot_copy.shutil, "copyfile", tune_writes_again)
     copy_changed(_failing_upload, copied, **where)
     assert seen == ["s1"]  # the rows were copied while the folder still named the old state
-    assert (exp / "experiment_state.json").read_text() == "s2"
+    assert (exp / "experiment_state.json").read_text() == "s3"
     assert (exp / "a" / "result.json").read_text() == "r1\nr2\n"
+    assert sorted(p.name for p in exp.rglob(".*")) == []  # nor temporaries

@@ -10,6 +10,7 @@ import io
 import json
 import logging
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -414,3 +415,21 @@ def test_a_state_file_cut_by_the_last_sync_is_written_whole_again(tmp_path: Path
     assert (exp_dir / "experiment_state-2026.json").read_bytes() == state
     assert not list(exp_dir.glob(".*hpo-tmp"))
     storage_faults.check_resumable(exp_dir)  # no "cut short" refusal
+
+
+def test_an_older_whole_state_is_kept_after_a_failed_last_sync(tmp_path: Path) -> None:
+    """hpo's copy renames each file over its copy and the state last: a last sync that failed
+    leaves the older state whole, matching the rows the folder holds. Writing the newer state
+    over it would name checkpoints whose rows the folder lacks."""
+    staging, exp_dir = tmp_path / "staging", tmp_path / "exp"
+    staging.mkdir()
+    exp_dir.mkdir()
+    (staging / "experiment_state-2026.json").write_text('{"step": 2}')
+    (staging / "searcher-state-2026.pkl").write_bytes(pickle.dumps({"step": 2}))
+    (exp_dir / "experiment_state-2026.json").write_text('{"step": 1}')
+    watch = StorageWatch(exp_dir)
+    watch.grow_reserve(str(staging))
+    watch.note(Fault(errno.ENOSPC, str(exp_dir)), stop=False)
+    watch.settle_state()
+    assert (exp_dir / "experiment_state-2026.json").read_text() == '{"step": 1}'
+    assert pickle.loads((exp_dir / "searcher-state-2026.pkl").read_bytes()) == {"step": 2}

@@ -271,7 +271,7 @@ def _fit(tuner: Any, spec: Spec) -> None:
         if "did not include the specified metric" not in str(exc):
             raise
         raise RunError(_missing_metric(str(exc), spec)) from exc
-    finally:  # a storage fault's stop: Tune's last sync may have cut a state file
+    finally:  # a storage fault's stop: Tune's own last sync may have cut a state file
         watch = storage_faults.current()
         if watch is not None:
             watch.settle_state()

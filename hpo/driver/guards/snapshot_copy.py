@@ -14,10 +14,14 @@ The folder is a resume's truth at every instant, a SIGKILL of the driver include
 - each file is written beside its copy and renamed over it, so a copy cut short by a kill or a
   full disk leaves the folder's file as it was, never a prefix of it (Tune's copy writes in
   place: a killed copy left a trial's result.json short of rows its checkpoint had);
-- the state files at the top are read first (Tune has just written them; it may write them
-  again, in place, while a slow copy runs) and renamed into the folder last, after every
-  trial's files: the snapshot the folder names never runs ahead of the rows the folder holds
-  (the rows reach the staging folder before the snapshot that counts them).
+- the state files at the top are read first, before the trials' folders are listed (Tune
+  has just written them; it may write them again, in place, while a slow copy runs: a state
+  file that changed while it was read is read again), and renamed into the folder last,
+  after every trial's files, the experiment state first as Tune writes it: the snapshot the
+  folder names never runs ahead of the rows the folder holds (the rows reach the staging
+  folder before the snapshot that counts them);
+- hidden files are temporaries being written (Tune's atomic saves, hpo's history cuts) and
+  are not copied.
 A file system other than the local one, or a copy that excludes files, goes through Tune's
 own copy.
 """
@@ -25,6 +29,7 @@ own copy.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 from collections.abc import Callable
@@ -32,6 +37,7 @@ from typing import Any, NamedTuple
 
 from pyarrow.fs import LocalFileSystem  # Tune's storage has imported it already
 
+_SETTLE_TRIES = 3
 # source path -> (size, mtime_ns) as they were when the file's last copy began
 Copied = dict[str, tuple[int, int]]
 
@@ -42,18 +48,17 @@ def copy_changed(upload: Callable[..., Any], copied: Copied, local_path: str, fs
     if exclude or not isinstance(fs, LocalFileSystem) or not os.path.isdir(local_path):
         upload(local_path=local_path, fs=fs, fs_path=fs_path, exclude=exclude)
         return
-    walk = os.walk(local_path)
-    _, _, state_names = next(walk)
     os.makedirs(fs_path, exist_ok=True)
     states: list[_Beside] = []
     try:
-        for name in state_names:  # Tune has just written them: read them first
-            beside = _copy_beside(local_path, fs_path, name)
+        for name in _state_names(local_path):  # before the trials' folders are listed
+            beside = _copy_beside(local_path, fs_path, name, settled=True)
             if beside is not None:
                 states.append(beside)
-        for folder, _, names in walk:
+        for folder, _, names in itertools.islice(os.walk(local_path), 1, None):
             into = os.path.join(fs_path, os.path.relpath(folder, local_path))
-            changed = [name for name in names if _changed(copied, folder, into, name)]
+            changed = [name for name in names
+                       if not _temporary(name) and _changed(copied, folder, into, name)]
             if changed:
                 os.makedirs(into, exist_ok=True)
             for beside in filter(None, (_copy_beside(folder, into, name) for name in changed)):
@@ -63,6 +68,19 @@ def copy_changed(upload: Callable[..., Any], copied: Copied, local_path: str, fs
     finally:
         for beside in states:  # left by a failed copy
             _unlink(beside.partial)
+
+
+def _state_names(folder: str) -> list[str]:
+    """The files at the top, the experiment state first (the order Tune writes them in)."""
+    names = [entry.name for entry in os.scandir(folder)
+             if entry.is_file() and not _temporary(entry.name)]
+    return sorted(names, key=lambda name: (not name.startswith("experiment_state"), name))
+
+
+def _temporary(name: str) -> bool:
+    """A file being written, to be renamed: Tune's atomic saves (.UUID-tmp-NAME), hpo's
+    history cuts (.NAME.cut, .NAME.fill) and copies (.NAME.hpo-copy) are all hidden."""
+    return name.startswith(".")
 
 
 class _Beside(NamedTuple):
@@ -78,21 +96,26 @@ def _changed(copied: Copied, folder: str, into: str, name: str) -> bool:
                                       and _size(os.path.join(into, name)) == stamp[0])
 
 
-def _copy_beside(folder: str, into: str, name: str) -> _Beside | None:
+def _copy_beside(folder: str, into: str, name: str, settled: bool = False) -> _Beside | None:
     """The file copied beside the folder's one; None when it is gone since the walk (a
-    temporary file of Tune's atomic saves, renamed since)."""
+    temporary file of Tune's atomic saves, renamed since). `settled`: copied again while it
+    changed during the copy (Tune rewrites its state files in place, maybe during a slow
+    copy)."""
     source, target = os.path.join(folder, name), os.path.join(into, name)
-    stamp = _stamp(source)
-    if stamp is None:
-        return None
     partial = os.path.join(into, f".{name}.hpo-copy")
-    try:
-        shutil.copyfile(source, partial)
-    except BaseException as exc:
-        _unlink(partial)  # a full disk: give its room back
-        if isinstance(exc, FileNotFoundError) and not os.path.exists(source):
+    for _ in range(_SETTLE_TRIES if settled else 1):
+        stamp = _stamp(source)
+        if stamp is None:
             return None
-        raise
+        try:
+            shutil.copyfile(source, partial)
+        except BaseException as exc:
+            _unlink(partial)  # a full disk: give its room back
+            if isinstance(exc, FileNotFoundError) and not os.path.exists(source):
+                return None
+            raise
+        if _stamp(source) == stamp:
+            break
     return _Beside(source, stamp, partial, target)
 
 

@@ -9,9 +9,10 @@ error: Tune retries it per `failure.max_failures` and the run reports it (exit 1
 
 The first fault that reaches the driver (an exception, or a Ray log record that carries one)
 is noted here; the watch then
- 1. frees a reserve file kept in the experiment folder, so that Tune's last sync (which
-    rewrites the experiment snapshot and every trial's result files in place: on a full disk
-    they were left cut short) is written whole,
+ 1. frees a reserve file kept in the experiment folder, so that Tune's last sync (the
+    experiment snapshot and every trial's result files that changed; without room it ends
+    early and leaves the folder's older snapshot, whole, or with Tune's own in-place copy of
+    a non-local file system, files cut short) is written whole,
  2. stops Tune the way Ctrl+C does (SIGUSR1 to this process: Tune saves its state and returns,
     running trials stay resumable from their last checkpoints instead of failing one by one),
 and the run ends with a StorageError naming the path. The reserve grows with what that sync
@@ -22,15 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import os
-import pickletools
 import re
 import signal
 import sqlite3
 import threading
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +36,7 @@ from pathlib import Path
 from hpo.driver.guards.whole_state import (
     STATE_FILES,
     STATE_RESERVE_FILE,
+    is_whole,
     rewrite_whole,
     state_bytes,
 )
@@ -158,10 +157,10 @@ class StorageWatch:
         return Path(os.path.abspath(path)).is_relative_to(self.exp_dir)
 
     def grow_reserve(self, rewritten: str | None = None) -> None:
-        """Keep room in the reserve file for twice what Tune's last sync rewrites (plus 256
+        """Keep room in the reserve file for twice what Tune's last sync may rewrite (plus 256
         KiB): it copies the driver's staging folder `rewritten` (the experiment snapshot and
-        every trial's result files) over the folder's files. Without it: the top-level
-        snapshot files."""
+        every trial's result files) over the folder's files, each beside its old copy first.
+        Without it: the top-level snapshot files."""
         if self.fault is not None:
             return
         self.staging = Path(rewritten) if rewritten else self.staging
@@ -290,9 +289,9 @@ def check_resumable(exp_dir: Path) -> None:
     (a full disk or a crash mid-write), naming it."""
     for pattern, kind in STATE_FILES:
         found = sorted(exp_dir.glob(pattern))
-        if not found or _whole(found[-1], kind):
+        if not found or is_whole(found[-1], kind):
             continue
-        whole = [older for older in found[:-1] if _whole(older, kind)]
+        whole = [older for older in found[:-1] if is_whole(older, kind)]
         older = f", or move it away to continue from the older {whole[-1].name} (later steps " \
             "run again)" if whole else ""
         raise ExperimentError(f"{found[-1]}: cut short or damaged (a full disk or a crash "
@@ -300,13 +299,3 @@ def check_resumable(exp_dir: Path) -> None:
                               f"Hint: restore it from a backup{older}")
 
 
-def _whole(path: Path, kind: str) -> bool:
-    data = path.read_bytes()
-    try:
-        if kind == "json":
-            json.loads(data)
-        else:  # walks the opcodes without running them (no imports, no objects built)
-            deque(pickletools.genops(data), maxlen=0)
-    except ValueError:  # JSON's, UTF-8's and pickletools' errors are all ValueErrors
-        return False
-    return True

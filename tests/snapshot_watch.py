@@ -54,6 +54,16 @@ def _named_results(exp_dir: Path) -> list[Any] | None:
     return named
 
 
+def _state_stamp(exp_dir: Path) -> tuple[int, int, int] | None:
+    """The folder's newest snapshot file as (inode, mtime, size): a new copy is renamed in."""
+    states = sorted(exp_dir.glob("experiment_state-*.json"))
+    try:
+        seen = states[-1].stat() if states else None
+    except FileNotFoundError:
+        return None
+    return None if seen is None else (seen.st_ino, seen.st_mtime_ns, seen.st_size)
+
+
 def named_checkpoints(exp_dir: Path) -> set[str] | None:
     """The checkpoint paths the folder's newest snapshot names; None while it is unreadable."""
     named = _named_results(exp_dir)
@@ -85,13 +95,20 @@ class SnapshotWatch(Callback):
         self.rows_short: list[str] = []  # named checkpoints whose rows the folder lacks
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        before = _state_stamp(Path(self.exp_dir))
         named = named_checkpoints(Path(self.exp_dir))
         if not named:
             return
         kept = {result.checkpoint.path for trial in trials
                 for result in trial.run_metadata.checkpoint_manager.best_checkpoint_results}
-        self.missing += sorted(path for path in named if not os.path.isdir(path))
-        self.rows_short += rows_short_of_named(Path(self.exp_dir))
+        missing = sorted(path for path in named if not os.path.isdir(path))
+        short = rows_short_of_named(Path(self.exp_dir))
+        if _state_stamp(Path(self.exp_dir)) != before:
+            # The copy put a newer snapshot in meanwhile, and may have deleted what the older
+            # one named right after: these reads did not see one instant. The next step does.
+            return
+        self.missing += missing
+        self.rows_short += short
         if named - kept:
             self.dropped_named += 1
             if self.kill_marker and not os.path.exists(self.kill_marker):

@@ -36,14 +36,19 @@ SPEC: dict[str, Any] = {
 PERIOD_S = "0.2"  # TUNE_GLOBAL_CHECKPOINT_S: Tune's snapshot period (auto: >= 10 s)
 
 
+def _newest_state(exp_dir: Path) -> Path | None:
+    states = sorted(exp_dir.glob("experiment_state-*.json"))
+    return states[-1] if states else None
+
+
 def _named_results(exp_dir: Path) -> list[Any] | None:
     """The results of the checkpoints the folder's newest snapshot names; None while it is
     unreadable."""
-    states = sorted(exp_dir.glob("experiment_state-*.json"))
-    if not states:
+    newest = _newest_state(exp_dir)
+    if newest is None:
         return []
     try:
-        state = json.loads(states[-1].read_text())
+        state = json.loads(newest.read_text())
     except (OSError, ValueError):  # Tune's own copy writes it in place
         return None
     named = []
@@ -56,9 +61,9 @@ def _named_results(exp_dir: Path) -> list[Any] | None:
 
 def _state_stamp(exp_dir: Path) -> tuple[int, int, int] | None:
     """The folder's newest snapshot file as (inode, mtime, size): a new copy is renamed in."""
-    states = sorted(exp_dir.glob("experiment_state-*.json"))
+    newest = _newest_state(exp_dir)
     try:
-        seen = states[-1].stat() if states else None
+        seen = newest.stat() if newest else None
     except FileNotFoundError:
         return None
     return None if seen is None else (seen.st_ino, seen.st_mtime_ns, seen.st_size)
@@ -70,11 +75,11 @@ def named_checkpoints(exp_dir: Path) -> set[str] | None:
     return None if named is None else {result.checkpoint.path for result in named}
 
 
-def rows_short_of_named(exp_dir: Path) -> list[str]:
-    """The checkpoints the folder's snapshot names whose trial's result.json in the folder
-    lacks one of the rows 1..the checkpoint's iteration."""
+def _rows_short(named: list[Any]) -> list[str]:
+    """The named checkpoints whose trial's result.json in the folder lacks one of the rows
+    1..the checkpoint's iteration."""
     short = []
-    for result in _named_results(exp_dir) or []:
+    for result in named:
         rows = Path(result.checkpoint.path).parent / "result.json"
         last = result.metrics["training_iteration"]
         try:
@@ -96,13 +101,14 @@ class SnapshotWatch(Callback):
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         before = _state_stamp(Path(self.exp_dir))
-        named = named_checkpoints(Path(self.exp_dir))
-        if not named:
+        results = _named_results(Path(self.exp_dir))
+        if not results:
             return
+        named = {result.checkpoint.path for result in results}
         kept = {result.checkpoint.path for trial in trials
                 for result in trial.run_metadata.checkpoint_manager.best_checkpoint_results}
         missing = sorted(path for path in named if not os.path.isdir(path))
-        short = rows_short_of_named(Path(self.exp_dir))
+        short = _rows_short(results)
         if _state_stamp(Path(self.exp_dir)) != before:
             # The copy put a newer snapshot in meanwhile, and may have deleted what the older
             # one named right after: these reads did not see one instant. The next step does.

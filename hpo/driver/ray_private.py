@@ -21,6 +21,11 @@ Ray and fails loudly when one is gone or changed:
     when ._auto_checkpoint_enabled; _FilesystemSyncer._sync_up_command(self,
     local_path, uri, exclude) -> (upload, its kwargs), the copy of the driver's staging folder
     (the snapshot) into the experiment folder, the only sync the driver starts;
+  - TuneController._maybe_reuse_cached_actor(self, trial), which gives an actor kept for reuse
+    to a trial (stopping the trial's own, started or not), wrapped for a block
+    (cached_actors_to_waiting_trials) with what it reads: the controller's ._trial_to_actor,
+    ._resetting_trials, ._actor_cache.has_cached_object(key), ._pending_trials_list,
+    ._staged_trials and ._actor_manager.is_actor_started(tracked_actor);
   - OVERRIDDEN_HOOKS: Ray's private methods that hpo's subclasses override (an override
     cannot move here; what it relies on is listed here and checked):
       LoggerCallback._restore_from_remote(self, file_name, trial): Ray's file loggers bring a
@@ -180,6 +185,51 @@ def snapshot_hooks(mark: Callable[[Any, str], None],
         yield
 
 
+@contextlib.contextmanager
+def cached_actors_to_waiting_trials() -> Iterator[None]:
+    """While the block runs, an actor Tune keeps for reuse (reuse_actors) goes to a pending
+    trial still waiting for its resources, never to one whose own actor is already up or
+    coming up; restored after.
+
+    Tune gave it to the trial it chose, stopping that trial's starting actor. The resources
+    so freed started an actor for the next trial, which the next kept actor took over in turn:
+    where a worker takes longer to start than a trial to run (short trials, or a busy node),
+    Tune went on starting processes and stopping them before their first trial (issue 36: 68
+    worker processes for 32 slots, most of the CPU of a run of 2 s trials)."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    def to_waiting(original: Any) -> Any:
+        def reuse(self: Any, trial: Any) -> bool:
+            if not _own_actor_up(self, trial):
+                return bool(original(self, trial))
+            waiting = next((other for other in self._pending_trials_list
+                            if other is not trial and _waits(self, other, trial)), None)
+            if waiting is not None:
+                original(self, waiting)
+            return False
+        return reuse
+
+    with _replaced(TuneController, "_maybe_reuse_cached_actor", to_waiting):
+        yield
+
+
+def _own_actor_up(controller: Any, trial: Any) -> bool:
+    """Whether a kept actor could serve this trial and its own actor is started or starting."""
+    own = controller._trial_to_actor.get(trial)
+    return (own is not None and trial not in controller._resetting_trials
+            and controller._actor_cache.has_cached_object(trial.placement_group_factory)
+            and controller._actor_manager.is_actor_started(own))
+
+
+def _waits(controller: Any, other: Any, trial: Any) -> bool:
+    """Whether `other` is staged, pending, of `trial`'s shape, and still waits for resources."""
+    own = controller._trial_to_actor.get(other)
+    return (other.status == "PENDING" and other in controller._staged_trials
+            and own is not None and other not in controller._resetting_trials
+            and not controller._actor_manager.is_actor_started(own)
+            and other.placement_group_factory == trial.placement_group_factory)
+
+
 def delete_fs_path(fs: Any, fs_path: str) -> None:
     """Ray's own deletion of a checkpoint folder (what Tune's checkpoint manager calls)."""
     from ray.train._internal.storage import _delete_fs_path
@@ -212,7 +262,7 @@ def missing() -> list[str]:
             and isinstance(getattr(_CheckpointManager, "best_checkpoint_results", None),
                            property)):
         gaps.append("Trial.run_metadata.checkpoint_manager.best_checkpoint_results")
-    gaps += _snapshot_hook_gaps()
+    gaps += _snapshot_hook_gaps() + _actor_reuse_gaps()
     gaps += [f"{path}.{name}" for path, name in INHERITED_STATE
              if not sets_or_defines(ray_class(path), name)]
     return gaps + [gap for hook in OVERRIDDEN_HOOKS if (gap := _hook_gap(hook))]
@@ -238,6 +288,23 @@ def _snapshot_hook_gaps() -> list[str]:
             == ["self", "local_path", "uri", "exclude"],
     }
     return [name for name, there in wanted.items() if not there]
+
+
+def _actor_reuse_gaps() -> list[str]:
+    from ray.air.execution._internal.actor_manager import RayActorManager
+    from ray.tune.execution.tune_controller import TuneController, _ObjectCache
+
+    gaps = [f"TuneController.{name}" for name in ("_trial_to_actor", "_resetting_trials",
+                                                   "_actor_cache", "_actor_manager",
+                                                   "_pending_trials_list", "_staged_trials")
+            if not sets_or_defines(TuneController, name)]
+    if _params(TuneController, "_maybe_reuse_cached_actor") != ["self", "trial"]:
+        gaps.append("TuneController._maybe_reuse_cached_actor(self, trial)")
+    if _params(_ObjectCache, "has_cached_object") != ["self", "key"]:
+        gaps.append("_ObjectCache.has_cached_object(self, key)")
+    if _params(RayActorManager, "is_actor_started") != ["self", "tracked_actor"]:
+        gaps.append("RayActorManager.is_actor_started(self, tracked_actor)")
+    return gaps
 
 
 def _params(cls: type, name: str) -> list[str]:

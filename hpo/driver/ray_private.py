@@ -1,5 +1,6 @@
 """Every reach of the driver's run, guards and plugins into Ray's private parts, in one place, as
-read from Ray 2.60.0 (RASDA's reaches into Tune are in hpo.driver.plugins.ray_internals).
+read from Ray 2.60.0 (RASDA's reaches into Tune are in hpo.driver.plugins.ray_internals, the
+changes to Tune's controller for a run's speed in hpo.driver.ray_fit_private).
 
 Ray names none of these public; tests/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
@@ -21,11 +22,6 @@ Ray and fails loudly when one is gone or changed:
     when ._auto_checkpoint_enabled; _FilesystemSyncer._sync_up_command(self,
     local_path, uri, exclude) -> (upload, its kwargs), the copy of the driver's staging folder
     (the snapshot) into the experiment folder, the only sync the driver starts;
-  - TuneController._maybe_reuse_cached_actor(self, trial), which gives an actor kept for reuse
-    to a trial (stopping the trial's own, started or not), wrapped for a block
-    (cached_actors_to_waiting_trials) with what it reads: the controller's ._trial_to_actor,
-    ._resetting_trials, ._actor_cache.has_cached_object(key), ._pending_trials_list,
-    ._staged_trials and ._actor_manager.is_actor_started(tracked_actor);
   - OVERRIDDEN_HOOKS: Ray's private methods that hpo's subclasses override (an override
     cannot move here; what it relies on is listed here and checked):
       LoggerCallback._restore_from_remote(self, file_name, trial): Ray's file loggers bring a
@@ -113,7 +109,7 @@ def hook_class(hook: Hook) -> type:
 
 
 @contextlib.contextmanager
-def _replaced(owner: type, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+def replaced(owner: type, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
     """While the block runs, owner.name is wrap(the original); the original after."""
     original = getattr(owner, name)
     setattr(owner, name, wrap(original))
@@ -136,7 +132,7 @@ def without_monitors() -> Iterator[None]:
                 setattr(self, name, value)
         return init
 
-    with _replaced(RayParams, "__init__", lean):
+    with replaced(RayParams, "__init__", lean):
         yield
 
 
@@ -149,7 +145,7 @@ def actor_errors_handled_by(handler: ActorErrorHandler) -> Iterator[None]:
     def handled(counted: Any) -> Any:
         return lambda trial, exc: handler(trial, exc, counted)
 
-    with _replaced(Trial, "_handle_ray_actor_error", handled):
+    with replaced(Trial, "_handle_ray_actor_error", handled):
         yield
 
 
@@ -176,58 +172,13 @@ def snapshot_hooks(mark: Callable[[Any, str], None],
         if self._auto_checkpoint_enabled:  # Tune's 5% of the run, from a lower floor
             self._checkpoint_period = max(floor_s, (time_taken + copy_s()) * 19)
 
-    with _replaced(checkpoint_manager, "_delete_fs_path", lambda _original: mark), \
-            _replaced(_ExperimentCheckpointManager, "on_trial_checkpoint",
+    with replaced(checkpoint_manager, "_delete_fs_path", lambda _original: mark), \
+            replaced(_ExperimentCheckpointManager, "on_trial_checkpoint",
                       lambda _original: lambda self, trial: None), \
-            _replaced(_ExperimentCheckpointManager, "_update_auto_checkpoint_time",
+            replaced(_ExperimentCheckpointManager, "_update_auto_checkpoint_time",
                       lambda _original: period), \
-            _replaced(_FilesystemSyncer, "_sync_up_command", wrapped_command):
+            replaced(_FilesystemSyncer, "_sync_up_command", wrapped_command):
         yield
-
-
-@contextlib.contextmanager
-def cached_actors_to_waiting_trials() -> Iterator[None]:
-    """While the block runs, an actor Tune keeps for reuse (reuse_actors) goes to a pending
-    trial still waiting for its resources, never to one whose own actor is already up or
-    coming up; restored after.
-
-    Tune gave it to the trial it chose, stopping that trial's starting actor. The resources
-    so freed started an actor for the next trial, which the next kept actor took over in turn:
-    where a worker takes longer to start than a trial to run (short trials, or a busy node),
-    Tune went on starting processes and stopping them before their first trial (issue 36: 68
-    worker processes for 32 slots, most of the CPU of a run of 2 s trials)."""
-    from ray.tune.execution.tune_controller import TuneController
-
-    def to_waiting(original: Any) -> Any:
-        def reuse(self: Any, trial: Any) -> bool:
-            if not _own_actor_up(self, trial):
-                return bool(original(self, trial))
-            waiting = next((other for other in self._pending_trials_list
-                            if other is not trial and _waits(self, other, trial)), None)
-            if waiting is not None:
-                original(self, waiting)
-            return False
-        return reuse
-
-    with _replaced(TuneController, "_maybe_reuse_cached_actor", to_waiting):
-        yield
-
-
-def _own_actor_up(controller: Any, trial: Any) -> bool:
-    """Whether a kept actor could serve this trial and its own actor is started or starting."""
-    own = controller._trial_to_actor.get(trial)
-    return (own is not None and trial not in controller._resetting_trials
-            and controller._actor_cache.has_cached_object(trial.placement_group_factory)
-            and controller._actor_manager.is_actor_started(own))
-
-
-def _waits(controller: Any, other: Any, trial: Any) -> bool:
-    """Whether `other` is staged, pending, of `trial`'s shape, and still waits for resources."""
-    own = controller._trial_to_actor.get(other)
-    return (other.status == "PENDING" and other in controller._staged_trials
-            and own is not None and other not in controller._resetting_trials
-            and not controller._actor_manager.is_actor_started(own)
-            and other.placement_group_factory == trial.placement_group_factory)
 
 
 def delete_fs_path(fs: Any, fs_path: str) -> None:
@@ -262,7 +213,7 @@ def missing() -> list[str]:
             and isinstance(getattr(_CheckpointManager, "best_checkpoint_results", None),
                            property)):
         gaps.append("Trial.run_metadata.checkpoint_manager.best_checkpoint_results")
-    gaps += _snapshot_hook_gaps() + _actor_reuse_gaps()
+    gaps += _snapshot_hook_gaps()
     gaps += [f"{path}.{name}" for path, name in INHERITED_STATE
              if not sets_or_defines(ray_class(path), name)]
     return gaps + [gap for hook in OVERRIDDEN_HOOKS if (gap := _hook_gap(hook))]
@@ -277,37 +228,20 @@ def _snapshot_hook_gaps() -> list[str]:
             "_delete_fs_path(fs=" in _source(checkpoint_manager._CheckpointManager)
             and callable(getattr(checkpoint_manager, "_delete_fs_path", None)),
         "_ExperimentCheckpointManager.on_trial_checkpoint(self, trial)":
-            _params(_ExperimentCheckpointManager, "on_trial_checkpoint") == ["self", "trial"],
+            method_params(_ExperimentCheckpointManager, "on_trial_checkpoint") == ["self", "trial"],
         "_ExperimentCheckpointManager._update_auto_checkpoint_time(self, time_taken)":
-            _params(_ExperimentCheckpointManager, "_update_auto_checkpoint_time")
+            method_params(_ExperimentCheckpointManager, "_update_auto_checkpoint_time")
             == ["self", "time_taken"]
             and all(f"self.{name}" in _source(_ExperimentCheckpointManager)
                     for name in ("_auto_checkpoint_enabled", "_checkpoint_period")),
         "_FilesystemSyncer._sync_up_command(self, local_path, uri, exclude)":
-            _params(storage._FilesystemSyncer, "_sync_up_command")
+            method_params(storage._FilesystemSyncer, "_sync_up_command")
             == ["self", "local_path", "uri", "exclude"],
     }
     return [name for name, there in wanted.items() if not there]
 
 
-def _actor_reuse_gaps() -> list[str]:
-    from ray.air.execution._internal.actor_manager import RayActorManager
-    from ray.tune.execution.tune_controller import TuneController, _ObjectCache
-
-    gaps = [f"TuneController.{name}" for name in ("_trial_to_actor", "_resetting_trials",
-                                                   "_actor_cache", "_actor_manager",
-                                                   "_pending_trials_list", "_staged_trials")
-            if not sets_or_defines(TuneController, name)]
-    if _params(TuneController, "_maybe_reuse_cached_actor") != ["self", "trial"]:
-        gaps.append("TuneController._maybe_reuse_cached_actor(self, trial)")
-    if _params(_ObjectCache, "has_cached_object") != ["self", "key"]:
-        gaps.append("_ObjectCache.has_cached_object(self, key)")
-    if _params(RayActorManager, "is_actor_started") != ["self", "tracked_actor"]:
-        gaps.append("RayActorManager.is_actor_started(self, tracked_actor)")
-    return gaps
-
-
-def _params(cls: type, name: str) -> list[str]:
+def method_params(cls: type, name: str) -> list[str]:
     method = inspect.getattr_static(cls, name, None)
     return list(inspect.signature(method).parameters) if inspect.isfunction(method) else []
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from hpo.cluster.auth import RayCluster
-from hpo.driver import preflight, ray_private, translate
+from hpo.driver import preflight, ray_fit_private, translate
 from hpo.driver.guards import storage_faults
 from hpo.driver.guards.lease import experiment_lease
 from hpo.driver.guards.start_stop import (
@@ -265,7 +265,8 @@ def _fit(tuner: Any, spec: Spec) -> None:
 
     try:
         with signals_restored(), node_losses_forgiven(), deleted_after_snapshot(), \
-                translate.result_batches(spec), ray_private.cached_actors_to_waiting_trials():
+                translate.result_batches(spec), ray_fit_private.cached_actors_to_waiting_trials(), \
+                ray_fit_private.no_callback_census():
             tuner.fit()
     except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
         if "did not include the specified metric" not in str(exc):

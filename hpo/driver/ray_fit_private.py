@@ -1,0 +1,104 @@
+"""What hpo changes in Tune's fit for a run's speed (issue 36): every reach into Ray's private
+parts for it, in one place, as read from Ray 2.60.0.
+
+Ray names none of these public; tests/test_ray_private.py checks each against the installed
+Ray and fails loudly when one is gone or changed:
+  - TuneController._maybe_reuse_cached_actor(self, trial), which gives an actor kept for reuse
+    to a trial (stopping the trial's own, started or not), wrapped for a block
+    (cached_actors_to_waiting_trials) with what it reads: the controller's ._trial_to_actor,
+    ._resetting_trials, ._actor_cache.has_cached_object(key), ._pending_trials_list,
+    ._staged_trials and ._actor_manager.is_actor_started(tracked_actor);
+  - ray.air._internal.usage.tag_callbacks(callbacks), which Tune's run calls to count the
+    callbacks for Ray's usage telemetry, replaced for a block (no_callback_census).
+Ray is imported only when one of these is called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+from hpo.driver.ray_private import method_params, replaced, sets_or_defines
+
+RAY_VERSION = "2.60.0"  # the version these were read from
+
+
+@contextlib.contextmanager
+def cached_actors_to_waiting_trials() -> Iterator[None]:
+    """While the block runs, an actor Tune keeps for reuse (reuse_actors) goes to a pending
+    trial still waiting for its resources, never to one whose own actor is already up or
+    coming up; restored after.
+
+    Tune gave it to the trial it chose, stopping that trial's starting actor. The resources
+    so freed started an actor for the next trial, which the next kept actor took over in turn:
+    where a worker takes longer to start than a trial to run (short trials, or a busy node),
+    Tune went on starting processes and stopping them before their first trial (issue 36: 68
+    worker processes for 32 slots, most of the CPU of a run of 2 s trials)."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    def to_waiting(original: Any) -> Any:
+        def reuse(self: Any, trial: Any) -> bool:
+            if not _own_actor_up(self, trial):
+                return bool(original(self, trial))
+            waiting = next((other for other in self._pending_trials_list
+                            if other is not trial and _waits(self, other, trial)), None)
+            if waiting is not None:
+                original(self, waiting)
+            return False
+        return reuse
+
+    with replaced(TuneController, "_maybe_reuse_cached_actor", to_waiting):
+        yield
+
+
+@contextlib.contextmanager
+def no_callback_census() -> Iterator[None]:
+    """While the block runs, Tune's fit does not count the run's callbacks by class for Ray's
+    usage telemetry (ray.air._internal.usage.tag_callbacks, called whenever callbacks are
+    given: hpo always gives them). Counting imports Ray's MLflow, W&B, Comet and Aim
+    integrations, MLflow itself among them: 1.1-1.2 s on the way to the first trial, for
+    classes hpo's run does not use (its own MLflow callback imports MLflow when asked for)."""
+    from ray.air._internal import usage
+
+    with replaced(usage, "tag_callbacks", lambda _original: lambda callbacks: False):
+        yield
+
+
+def _own_actor_up(controller: Any, trial: Any) -> bool:
+    """Whether a kept actor could serve this trial and its own actor is started or starting."""
+    own = controller._trial_to_actor.get(trial)
+    return (own is not None and trial not in controller._resetting_trials
+            and controller._actor_cache.has_cached_object(trial.placement_group_factory)
+            and controller._actor_manager.is_actor_started(own))
+
+
+def _waits(controller: Any, other: Any, trial: Any) -> bool:
+    """Whether `other` is staged, pending, of `trial`'s shape, and still waits for resources."""
+    own = controller._trial_to_actor.get(other)
+    return (other.status == "PENDING" and other in controller._staged_trials
+            and own is not None and other not in controller._resetting_trials
+            and not controller._actor_manager.is_actor_started(own)
+            and other.placement_group_factory == trial.placement_group_factory)
+
+
+def missing() -> list[str]:
+    """What this module reads that the installed Ray lacks (empty: all there)."""
+    from ray.air._internal import usage
+    from ray.air.execution._internal.actor_manager import RayActorManager
+    from ray.tune.execution.tune_controller import TuneController, _ObjectCache
+
+    gaps = [f"TuneController.{name}" for name in ("_trial_to_actor", "_resetting_trials",
+                                                   "_actor_cache", "_actor_manager",
+                                                   "_pending_trials_list", "_staged_trials")
+            if not sets_or_defines(TuneController, name)]
+    if list(inspect.signature(usage.tag_callbacks).parameters) != ["callbacks"]:
+        gaps.append("ray.air._internal.usage.tag_callbacks(callbacks)")
+    if method_params(TuneController, "_maybe_reuse_cached_actor") != ["self", "trial"]:
+        gaps.append("TuneController._maybe_reuse_cached_actor(self, trial)")
+    if method_params(_ObjectCache, "has_cached_object") != ["self", "key"]:
+        gaps.append("_ObjectCache.has_cached_object(self, key)")
+    if method_params(RayActorManager, "is_actor_started") != ["self", "tracked_actor"]:
+        gaps.append("RayActorManager.is_actor_started(self, tracked_actor)")
+    return gaps

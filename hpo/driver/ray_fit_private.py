@@ -6,8 +6,9 @@ Ray and fails loudly when one is gone or changed:
   - TuneController._maybe_reuse_cached_actor(self, trial), which gives an actor kept for reuse
     to a trial (stopping the trial's own, started or not), wrapped for a block
     (cached_actors_to_waiting_trials) with what it reads: the controller's ._trial_to_actor,
-    ._resetting_trials, ._actor_cache.has_cached_object(key), ._pending_trials_list,
-    ._staged_trials and ._actor_manager.is_actor_started(tracked_actor);
+    ._resetting_trials, ._actor_cache.has_cached_object(key), ._resources_to_pending_trials
+    (a placement group factory -> its pending trials), ._staged_trials and
+    ._actor_manager.is_actor_started(tracked_actor);
   - ray.air._internal.usage.tag_callbacks(callbacks), which Tune's run calls to count the
     callbacks for Ray's usage telemetry, replaced for a block (no_callback_census).
 Ray is imported only when one of these is called.
@@ -42,10 +43,13 @@ def cached_actors_to_waiting_trials() -> Iterator[None]:
         def reuse(self: Any, trial: Any) -> bool:
             if not _own_actor_up(self, trial):
                 return bool(original(self, trial))
-            waiting = next((other for other in self._pending_trials_list
-                            if other is not trial and _waits(self, other, trial)), None)
-            if waiting is not None:
-                original(self, waiting)
+            # every pending trial of its shape (the pending list drops those whose actor
+            # was requested); the oldest first, as Tune's FIFO would take them
+            shape = trial.placement_group_factory
+            waiting = [other for other in self._resources_to_pending_trials.get(shape, ())
+                       if other is not trial and _waits(self, other)]
+            if waiting:
+                original(self, min(waiting, key=lambda other: other.trial_id))
             return False
         return reuse
 
@@ -74,13 +78,12 @@ def _own_actor_up(controller: Any, trial: Any) -> bool:
             and controller._actor_manager.is_actor_started(own))
 
 
-def _waits(controller: Any, other: Any, trial: Any) -> bool:
-    """Whether `other` is staged, pending, of `trial`'s shape, and still waits for resources."""
-    own = controller._trial_to_actor.get(other)
-    return (other.status == "PENDING" and other in controller._staged_trials
-            and own is not None and other not in controller._resetting_trials
-            and not controller._actor_manager.is_actor_started(own)
-            and other.placement_group_factory == trial.placement_group_factory)
+def _waits(controller: Any, trial: Any) -> bool:
+    """Whether a pending trial is staged and its own actor still waits for resources."""
+    own = controller._trial_to_actor.get(trial)
+    return (trial.status == "PENDING" and trial in controller._staged_trials
+            and own is not None and trial not in controller._resetting_trials
+            and not controller._actor_manager.is_actor_started(own))
 
 
 def missing() -> list[str]:
@@ -91,7 +94,8 @@ def missing() -> list[str]:
 
     gaps = [f"TuneController.{name}" for name in ("_trial_to_actor", "_resetting_trials",
                                                    "_actor_cache", "_actor_manager",
-                                                   "_pending_trials_list", "_staged_trials")
+                                                   "_resources_to_pending_trials",
+                                                   "_staged_trials")
             if not sets_or_defines(TuneController, name)]
     if list(inspect.signature(usage.tag_callbacks).parameters) != ["callbacks"]:
         gaps.append("ray.air._internal.usage.tag_callbacks(callbacks)")

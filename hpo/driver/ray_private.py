@@ -91,7 +91,8 @@ def ray_class(path: str) -> type:
 
 def sets_or_defines(cls: type, name: str) -> bool:
     """Whether a class's own code (its MRO's, not hpo's) defines `name` or assigns self.name."""
-    assigned = re.compile(rf"self\.{name}\s*(?::[^=\n]*)?=[^=]")  # also `self.x: T = ...`
+    # also `self.x: T = ...`, the annotation over a few lines
+    assigned = re.compile(rf"self\.{name}\s*(?::[^=\n]*(?:\n[^=\n]*){{0,3}})?=[^=]")
     return any(name in vars(base) or assigned.search(_source(base))
                for base in cls.__mro__ if base.__module__.split(".")[0] == "ray")
 

@@ -112,6 +112,7 @@ def run_syne(args: argparse.Namespace, constants: dict[str, Any]) -> None:
     from syne_tune.optimizer.baselines import RandomSearch
 
     os.environ["SYNETUNE_FOLDER"] = str(Path(args.work) / "syne")  # not ~/syne-tune
+    os.chdir(args.work)  # its GPU probe writes std.out into the working folder
     space = {**constants, "x": uniform(0.0, 1.0)}
     Tuner(trial_backend=LocalBackend(entry_point=str(HERE)),
           scheduler=RandomSearch(space, metrics=["score"], do_minimize=False),

@@ -1,6 +1,6 @@
 """Every reach of the driver's run, guards and plugins into Ray's private parts, in one place, as
 read from Ray 2.60.0 (RASDA's reaches into Tune are in hpo.driver.plugins.ray_internals, the
-changes to Tune's controller for a run's speed in hpo.driver.ray_fit_private).
+changes to Tune's fit for a run's speed in hpo.driver.ray_fit_private).
 
 Ray names none of these public; tests/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
@@ -175,9 +175,9 @@ def snapshot_hooks(mark: Callable[[Any, str], None],
 
     with replaced(checkpoint_manager, "_delete_fs_path", lambda _original: mark), \
             replaced(_ExperimentCheckpointManager, "on_trial_checkpoint",
-                      lambda _original: lambda self, trial: None), \
+                     lambda _original: lambda self, trial: None), \
             replaced(_ExperimentCheckpointManager, "_update_auto_checkpoint_time",
-                      lambda _original: period), \
+                     lambda _original: period), \
             replaced(_FilesystemSyncer, "_sync_up_command", wrapped_command):
         yield
 

@@ -18,10 +18,11 @@ from ray._private.parameter import RayParams
 from hpo.driver.ray_session import embedded_ray
 
 HELPERS_NOT_STARTED = (ray_constants.PROCESS_TYPE_MONITOR,
-                       ray_constants.PROCESS_TYPE_LOG_MONITOR)
+                       ray_constants.PROCESS_TYPE_LOG_MONITOR,
+                       ray_constants.PROCESS_TYPE_DASHBOARD)
 
 
-def test_embedded_ray_runs_work_without_the_monitors_and_leaves_nothing(tmp_path: Path) -> None:
+def test_embedded_ray_runs_work_without_the_helpers_and_leaves_nothing(tmp_path: Path) -> None:
     home_token = Path.home() / ".ray" / "auth_token"
     had_home_token = home_token.exists()
     auth_mode = os.environ.get("RAY_AUTH_MODE")
@@ -34,10 +35,12 @@ def test_embedded_ray_runs_work_without_the_monitors_and_leaves_nothing(tmp_path
         answer = ray.get(ray.remote(lambda: 41 + 1).remote())
 
         assert resources["CPU"] == 1.0
-        assert answer == 42  # a worker ran a task: the node works without the two helpers
+        assert answer == 42  # a worker ran a task: the node works without the helpers
         assert {ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET} <= started
         assert not started & set(HELPERS_NOT_STARTED), started
-        assert not [c for c in ray_processes if "monitor.py" in c], ray_processes
+        assert not [c for c in ray_processes
+                    if "monitor.py" in c or "dashboard/dashboard.py" in c], ray_processes
+        assert node.webui_url is None
         assert os.environ["RAY_AUTH_MODE"] == "token"
         assert stat.S_IMODE(token.stat().st_mode) == 0o600
         assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700  # Ray's own dirs inside: 0777

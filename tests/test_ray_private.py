@@ -219,16 +219,20 @@ def test_outside_a_trial_there_is_no_session() -> None:
     assert session.trial_folder() is None and cost.current() is None
 
 
-def test_without_monitors_applies_to_the_block_only() -> None:
+def test_lean_head_applies_to_the_block_only() -> None:
+    from ray._private.node import Node
     from ray._private.parameter import RayParams
 
-    from hpo.driver.ray_private import without_monitors
+    from hpo.driver.ray_private import lean_head
 
-    with without_monitors():
+    rays = Node.start_api_server
+    with lean_head():
         during = RayParams(num_cpus=1)
+        assert Node.start_api_server is not rays
     after = RayParams()
     assert (during.no_monitor, during.include_log_monitor, during.num_cpus) == (True, False, 1)
     assert (after.no_monitor, after.include_log_monitor) == (False, None)
+    assert Node.start_api_server is rays
 
 
 class _Trial:

@@ -8,6 +8,9 @@ embedded Ray (Tune's staging folder lives in the Ray session).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,3 +153,22 @@ def _purge_marks(folder: Path) -> list[int]:
 
     return [event.step for event in tensorboard_events(folder)
             if event.session_log.status == SessionLog.START]
+
+
+def test_tensorboard_writer_leaves_torch_unimported_and_importable() -> None:
+    """tensorboardX's writer would import torch (2.9 CPU-s of the driver's start) only to
+    take its tensors; the driver's writer loads without it, and torch still imports after,
+    in the same thread and in another."""
+    script = textwrap.dedent("""
+        import sys, threading
+        import hpo.driver.plugins.tb_events
+        assert "torch" not in sys.modules, "torch came with tensorboardX"
+        assert not any(type(f).__name__ == "_TorchHidden" for f in sys.meta_path)
+        other = threading.Thread(target=lambda: __import__("torch"))
+        other.start(); other.join()
+        import torch
+        print(torch.ones(2).sum().item())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert (done.returncode, done.stdout.strip()) == (0, "2.0"), done.stderr

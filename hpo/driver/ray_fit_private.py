@@ -10,7 +10,14 @@ Ray and fails loudly when one is gone or changed:
     (a placement group factory -> its pending trials), ._staged_trials and
     ._actor_manager.is_actor_started(tracked_actor);
   - ray.air._internal.usage.tag_callbacks(callbacks), which Tune's run calls to count the
-    callbacks for Ray's usage telemetry, replaced for a block (no_callback_census).
+    callbacks for Ray's usage telemetry, replaced for a block (no_callback_census);
+  - RayActorManager._try_start_actors(self, max_actors=None), which creates the Ray actor of
+    each pending actor whose resources are ready, taking them from the lists in
+    ._resource_request_to_pending_actors (a resource request -> its pending actors, the
+    first first), each created one into ._live_actors_to_ray_actors_resources with its
+    `__ray_ready__` future in ._tracked_actors_to_state_futures (a tracked actor -> its
+    pending start and stop futures; the start's leaves when it resolves), wrapped for a
+    block (staggered_actor_starts).
 Ray is imported only when one of these is called.
 """
 
@@ -18,12 +25,91 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 from collections.abc import Iterator
 from typing import Any
 
 from hpo.driver.ray_private import method_params, replaced, sets_or_defines
 
 RAY_VERSION = "2.60.0"  # the version these were read from
+
+
+@contextlib.contextmanager
+def faster_fit(start_cap: int) -> Iterator[None]:
+    """Tune's fit, changed for speed while the block runs (each part below)."""
+    with cached_actors_to_waiting_trials(), no_callback_census(), \
+            staggered_actor_starts(start_cap):
+        yield
+
+
+def start_cap() -> int:
+    """How many trial actors may start at once: the CPU cores of the cluster's nodes, each
+    node's Ray CPUs, and on this machine no more than this process may use (an embedded
+    Ray's CPUs are logical: --cpus 32 on 2 cores)."""
+    import ray
+
+    here = ray.util.get_node_ip_address()
+    mine = len(os.sched_getaffinity(0))
+    cores = [min(cpus, mine) if node["NodeManagerAddress"] == here else cpus
+             for node in ray.nodes() if node["Alive"]
+             for cpus in [int(node["Resources"].get("CPU", 0))]]
+    return max(1, sum(cores))
+
+
+@contextlib.contextmanager
+def staggered_actor_starts(cap: int) -> Iterator[None]:
+    """While the block runs, at most `cap` trial actors start at once (created, their
+    `__ray_ready__` not yet resolved); the others wait in Ray's queue, holding no resources,
+    and may be served by an actor Tune keeps for reuse meanwhile; restored after.
+
+    A trial actor's start costs its worker 1-2 CPU-s (importing ray.tune and the
+    trainable). Tune asks for every slot's actor at once, and each worker then shares the
+    node's cores with all the others: on 2 cores, the first of 8 trials ran 11.5 s after
+    launch, all of them within the same second. Taken `cap` at a time, the first ran at
+    6.2 s, and a short trial's actor serves the next trial before most workers exist."""
+    from ray.air.execution._internal.actor_manager import RayActorManager
+
+    starting: dict[Any, dict[Any, Any]] = {}  # a manager -> {its starting actor: the future}
+
+    def capped(original: Any) -> Any:
+        def try_start(self: Any, max_actors: int | None = None) -> int:
+            mine = starting.setdefault(self, {})
+            _forget_started(self, mine)
+            room = cap - len(mine)
+            if room <= 0:
+                return 0
+            before = set(self._live_actors_to_ray_actors_resources)
+            with _queues_cut_to(self._resource_request_to_pending_actors, room):
+                started = int(original(self, max_actors))
+            for actor in self._live_actors_to_ray_actors_resources.keys() - before:
+                mine[actor] = next(iter(self._tracked_actors_to_state_futures[actor]))
+            return started
+        return try_start
+
+    with replaced(RayActorManager, "_try_start_actors", capped):
+        yield
+
+
+def _forget_started(manager: Any, starting: dict[Any, Any]) -> None:
+    """Drop the actors whose start resolved, failed or was stopped."""
+    for actor, future in list(starting.items()):
+        if future not in manager._tracked_actors_to_state_futures.get(actor, ()):
+            del starting[actor]
+
+
+@contextlib.contextmanager
+def _queues_cut_to(queues: dict[Any, list[Any]], room: int) -> Iterator[None]:
+    """While the block runs, the queues together hold their first `room` entries only; the
+    rest go back behind what is left in each, in their order."""
+    held = {}
+    for key, queue in queues.items():
+        held[key], queue[:] = queue[room:], queue[:room]
+        room -= len(queue)
+    try:
+        yield
+    finally:
+        for key, rest in held.items():
+            queues[key].extend(rest)
 
 
 @contextlib.contextmanager
@@ -105,4 +191,10 @@ def missing() -> list[str]:
         gaps.append("_ObjectCache.has_cached_object(self, key)")
     if method_params(RayActorManager, "is_actor_started") != ["self", "tracked_actor"]:
         gaps.append("RayActorManager.is_actor_started(self, tracked_actor)")
+    if method_params(RayActorManager, "_try_start_actors") != ["self", "max_actors"]:
+        gaps.append("RayActorManager._try_start_actors(self, max_actors)")
+    gaps += [f"RayActorManager.{name}" for name in ("_resource_request_to_pending_actors",
+                                                      "_live_actors_to_ray_actors_resources",
+                                                      "_tracked_actors_to_state_futures")
+             if not sets_or_defines(RayActorManager, name)]
     return gaps

@@ -7,6 +7,10 @@ Ray and fails loudly when one is gone or changed:
   - ray._private.parameter.RayParams: the parameters `ray.init` builds to start a node; its
     __init__ is wrapped for a block so that each one built in it has no_monitor=True and
     include_log_monitor=False (both are __init__ parameters and attributes);
+  - ray._private.node.Node.start_api_server(self, *, include_dashboard, raise_on_failure):
+    starts the dashboard's head process (with include_dashboard=False still, serving only
+    Ray's usage statistics) and waits until it is up; replaced for a block by one that starts
+    nothing and leaves Node._webui_url None, as Ray's own path does when that process fails;
   - ray.tune.experiment.trial.Trial._handle_ray_actor_error(self, exc): what Tune does when a
     trial's actor dies (a RayActorError: counted against max_failures unless preempted),
     replaced for a block by a handler that may forgive the death or hand it on;
@@ -55,6 +59,7 @@ RAY_VERSION = "2.60.0"  # the version these were read from
 ActorErrorHandler = Callable[[Any, BaseException, Callable[[Any, BaseException], None]], None]
 
 _LEAN = {"no_monitor": True, "include_log_monitor": False}
+_API_SERVER_PARAMS = ("self", "include_dashboard", "raise_on_failure")
 
 
 class Hook(NamedTuple):
@@ -121,9 +126,11 @@ def replaced(owner: type, name: str, wrap: Callable[[Any], Any]) -> Iterator[Non
 
 
 @contextlib.contextmanager
-def without_monitors() -> Iterator[None]:
+def lean_head() -> Iterator[None]:
     """While the block runs, every RayParams built (the one `ray.init` builds to start its
-    node) has no autoscaler monitor and no log monitor; restored after."""
+    node) has no autoscaler monitor and no log monitor, and a head node starts no dashboard
+    process; restored after."""
+    from ray._private.node import Node
     from ray._private.parameter import RayParams
 
     def lean(original: Any) -> Any:
@@ -133,7 +140,12 @@ def without_monitors() -> Iterator[None]:
                 setattr(self, name, value)
         return init
 
-    with replaced(RayParams, "__init__", lean):
+    def no_api_server(original: Any) -> Any:
+        def start_api_server(self: Any, *, include_dashboard: Any, raise_on_failure: Any) -> None:
+            self._webui_url = None
+        return start_api_server
+
+    with replaced(RayParams, "__init__", lean), replaced(Node, "start_api_server", no_api_server):
         yield
 
 
@@ -198,6 +210,7 @@ def kept_checkpoint_rows(trial: Any) -> list[dict[str, Any]]:
 
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
+    from ray._private.node import Node
     from ray._private.parameter import RayParams
     from ray.train._internal.checkpoint_manager import _CheckpointManager
     from ray.tune.experiment.trial import Trial
@@ -207,6 +220,9 @@ def missing() -> list[str]:
     built = RayParams()
     gaps += [f"RayParams({name}=...)" for name in _LEAN
              if name not in params or not hasattr(built, name)]
+    if list(inspect.signature(Node.start_api_server).parameters) != list(_API_SERVER_PARAMS) or \
+            "self._webui_url" not in _source(Node):
+        gaps.append(f"Node.start_api_server({', '.join(_API_SERVER_PARAMS)}), Node._webui_url")
     handle = getattr(Trial, "_handle_ray_actor_error", None)
     if not callable(handle) or list(inspect.signature(handle).parameters) != ["self", "exc"]:
         gaps.append("Trial._handle_ray_actor_error(self, exc)")

@@ -6,7 +6,8 @@ skips Ray's start-up); `shutdown()` ends it.
 Token auth is on with a per-run token in a 0600 file (so other users on a shared login node
 cannot attach), and nothing is written to ~/.ray (which would flip later `ray start`s of the
 same user into token mode). Ray's own log lines go to the experiment's log file. The embedded
-Ray starts without the two helper processes a one-machine run never uses (see _lean_head).
+Ray starts without the three helper processes a one-machine run never uses (see
+_lean_head).
 """
 
 from __future__ import annotations
@@ -117,12 +118,14 @@ def _stop_logging(handler: logging.Handler) -> None:
 
 
 def _lean_head() -> contextlib.AbstractContextManager[None]:
-    """`ray.init` without the autoscaler monitor (a fixed local node has nothing to scale) and
-    the log monitor (workers' logs stay in files: log_to_driver=False), which cost 1 s before
-    the first result and 2 s a run on 2 cores (docs/benchmarks.md). `ray start` has switches
-    for both (--no-monitor, --include-log-monitor=false); `ray.init` has none, so they are set
-    on the parameters it builds, for this call only."""
-    return ray_private.without_monitors()
+    """`ray.init` without the autoscaler monitor (a fixed local node has nothing to scale),
+    the log monitor (workers' logs stay in files: log_to_driver=False) and the dashboard's
+    head process (with include_dashboard=False it still starts, serves only Ray's usage
+    statistics, and `ray.init` waits for it). Together they cost 2 s before the first result
+    on 2 cores (docs/benchmarks.md). `ray start` has switches for the monitors
+    (--no-monitor, --include-log-monitor=false) and none for the dashboard process; `ray.init`
+    has none at all, so they are set for this call only."""
+    return ray_private.lean_head()
 
 
 # Ray 2.60 on AMD GPUs fails at `import ray` (in any thread: the trainable is imported beside

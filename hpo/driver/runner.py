@@ -265,8 +265,8 @@ def _fit(tuner: Any, spec: Spec) -> None:
 
     try:
         with signals_restored(), node_losses_forgiven(), deleted_after_snapshot(), \
-                translate.result_batches(spec), ray_fit_private.cached_actors_to_waiting_trials(), \
-                ray_fit_private.no_callback_census():
+                translate.result_batches(spec), \
+                ray_fit_private.faster_fit(ray_fit_private.start_cap()):
             tuner.fit()
     except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
         if "did not include the specified metric" not in str(exc):

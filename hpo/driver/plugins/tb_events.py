@@ -15,15 +15,45 @@ a crash loses what TensorBoard got since its last flush, a trial's end or a stop
 from __future__ import annotations
 
 import atexit
+import contextlib
+import importlib.abc
 import os
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from tensorboardX import SummaryWriter
-from tensorboardX.event_file_writer import EventsWriter
-from tensorboardX.proto.event_pb2 import Event, SessionLog
-from tensorboardX.writer import FileWriter
+
+class _TorchHidden(importlib.abc.MetaPathFinder):
+    """`import torch` fails in the thread that made this finder, and only there."""
+
+    def __init__(self) -> None:
+        self._thread = threading.get_ident()
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "torch" and threading.get_ident() == self._thread:
+            raise ModuleNotFoundError("torch is hidden from tensorboardX", name=name)
+
+
+@contextlib.contextmanager
+def _torch_hidden() -> Iterator[None]:
+    """tensorboardX's writer imports torch if it can (2.9 CPU-s, in the driver, on the way to
+    the first trial), only to take torch tensors as arrays: the driver hands it numbers. A
+    torch the process has already imported stays."""
+    finder = _TorchHidden()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
+with _torch_hidden():
+    from tensorboardX import SummaryWriter
+    from tensorboardX.event_file_writer import EventsWriter
+    from tensorboardX.proto.event_pb2 import Event, SessionLog
+    from tensorboardX.writer import FileWriter
 
 FLUSH_S = 5.0  # TensorBoard's events reach the disk at least this often, and at each close
 

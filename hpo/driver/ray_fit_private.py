@@ -59,7 +59,8 @@ def start_cap() -> int:
 @contextlib.contextmanager
 def staggered_actor_starts(cap: int) -> Iterator[None]:
     """While the block runs, at most `cap` trial actors start at once (created, their
-    `__ray_ready__` not yet resolved); the others wait in Ray's queue, holding no resources,
+    `__ray_ready__` not yet resolved); the others wait their turn in the actor manager's
+    queue (their resources reserved, as Tune reserves them for any actor it has asked for),
     and may be served by an actor Tune keeps for reuse meanwhile; restored after.
 
     A trial actor's start costs its worker 1-2 CPU-s (importing ray.tune and the

@@ -23,7 +23,8 @@ from hpo.driver.ray_fit_private import staggered_actor_starts, start_cap
 from hpo.driver.ray_session import embedded_ray
 
 ACTORS = 5
-START_S = 2.0  # longer than Ray takes to start a worker: without a cap, the starts overlap
+START_S = 4.0  # longer than Ray takes to start a worker, even on a busy machine: without a
+# cap, the starts overlap
 
 
 class SlowStart:

@@ -29,6 +29,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from hpo.cluster.slurm_env import usable_cpus
 from hpo.driver.ray_private import method_params, replaced, sets_or_defines
 
 RAY_VERSION = "2.60.0"  # the version these were read from
@@ -49,7 +50,7 @@ def start_cap() -> int:
     import ray
 
     here = ray.util.get_node_ip_address()
-    mine = len(os.sched_getaffinity(0))
+    mine = usable_cpus() or os.cpu_count() or 1  # no affinity mask on macOS
     cores = [min(cpus, mine) if node["NodeManagerAddress"] == here else cpus
              for node in ray.nodes() if node["Alive"]
              for cpus in [int(node["Resources"].get("CPU", 0))]]

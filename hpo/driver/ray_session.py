@@ -121,8 +121,9 @@ def _lean_head() -> contextlib.AbstractContextManager[None]:
     """`ray.init` without the autoscaler monitor (a fixed local node has nothing to scale),
     the log monitor (workers' logs stay in files: log_to_driver=False) and the dashboard's
     head process (with include_dashboard=False it still starts, serves only Ray's usage
-    statistics, and `ray.init` waits for it). Together they cost 2 s before the first result
-    on 2 cores (docs/benchmarks.md). `ray start` has switches for the monitors
+    statistics, and `ray.init` waits for it). On 2 cores the monitors cost 1 s before the
+    first result and 2 s a run, the dashboard process 0.9 s of `ray.init`
+    (docs/benchmarks.md). `ray start` has switches for the monitors
     (--no-monitor, --include-log-monitor=false) and none for the dashboard process; `ray.init`
     has none at all, so they are set for this call only."""
     return ray_private.lean_head()

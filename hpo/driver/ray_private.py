@@ -126,10 +126,11 @@ def replaced(owner: type, name: str, wrap: Callable[[Any], Any]) -> Iterator[Non
 
 
 @contextlib.contextmanager
-def lean_head() -> Iterator[None]:
+def lean_head(setup_worker: str | None = None) -> Iterator[None]:
     """While the block runs, every RayParams built (the one `ray.init` builds to start its
-    node) has no autoscaler monitor and no log monitor, and a head node starts no dashboard
-    process; restored after."""
+    node) has no autoscaler monitor and no log monitor (and `setup_worker` as the raylet's
+    worker command, when given), and a head node starts no dashboard process; restored
+    after."""
     from ray._private.node import Node
     from ray._private.parameter import RayParams
 
@@ -138,6 +139,8 @@ def lean_head() -> Iterator[None]:
             original(self, *args, **kwargs)
             for name, value in _LEAN.items():
                 setattr(self, name, value)
+            if setup_worker:
+                self.setup_worker_path = setup_worker
         return init
 
     def no_api_server(original: Any) -> Any:

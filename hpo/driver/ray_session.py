@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hpo.cluster.auth import RayCluster, new_token, token_env
 from hpo.cluster.slurm_env import rocm_visible
-from hpo.driver import ray_private
+from hpo.driver import fork_server, ray_private
 from hpo.driver.guards import storage_faults
 from hpo.driver.run_dir import private_run_dir
 
@@ -117,7 +117,7 @@ def _stop_logging(handler: logging.Handler) -> None:
     handler.close()
 
 
-def _lean_head() -> contextlib.AbstractContextManager[None]:
+def _lean_head(forks: fork_server.ForkServer | None) -> contextlib.AbstractContextManager[None]:
     """`ray.init` without the autoscaler monitor (a fixed local node has nothing to scale),
     the log monitor (workers' logs stay in files: log_to_driver=False) and the dashboard's
     head process (with include_dashboard=False it still starts, serves only Ray's usage
@@ -125,8 +125,9 @@ def _lean_head() -> contextlib.AbstractContextManager[None]:
     first result and 2 s a run, the dashboard process 0.9 s of `ray.init`
     (docs/benchmarks.md). `ray start` has switches for the monitors
     (--no-monitor, --include-log-monitor=false) and none for the dashboard process; `ray.init`
-    has none at all, so they are set for this call only."""
-    return ray_private.lean_head()
+    has none at all, so they are set for this call only. With a fork server, the raylet's
+    worker command is its stub (hpo.driver.fork_server)."""
+    return ray_private.lean_head(forks.setup_worker if forks else None)
 
 
 # Ray 2.60 on AMD GPUs fails at `import ray` (in any thread: the trainable is imported beside
@@ -173,12 +174,16 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
     try:
         run_dir = stack.enter_context(private_run_dir())
         stack.enter_context(token_env(new_token(run_dir)))
-        with _lean_head():
+        forks = stack.enter_context(fork_server.serving(run_dir))
+        with _lean_head(forks), forks.raylet_env() if forks else contextlib.nullcontext():
             # Ray makes its temp dir world-writable (made for a shared /tmp/ray): give it a
             # child of the private run dir, so nobody else can enter it at any time.
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                      _temp_dir=str(run_dir / "r"), log_to_driver=False,
-                     logging_level=logging.WARNING)
+                     logging_level=logging.WARNING,
+                     _system_config=fork_server.SYSTEM_CONFIG if forks else None)
+        if forks:
+            forks.start()
     except BaseException:
         stack.close()  # undo what was done
         raise

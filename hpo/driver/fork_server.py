@@ -1,0 +1,146 @@
+"""Ray workers forked from a process that has imported what they import, for an embedded run.
+
+A Ray worker costs about 2 CPU-s before its first trial (measured on 2 cores): Ray's
+setup_worker.py imports Ray, exec's default_worker.py, which imports Ray again, and the trial
+actor then imports ray.tune (pandas, pyarrow, ray.data). Tune runs a worker per concurrent
+trial, so 32 trial slots cost 64 CPU-s before they all run. Here one server process
+(hpo.driver.fork_server_process) imports the libraries while Ray starts and Ray once the node
+and job are known; the raylet's worker command (hpo.driver.worker_stub) asks it for a fork,
+which runs Ray's own default_worker.py as its main, as a started worker would. A worker that
+needs another interpreter, a container or a command prefix is started by Ray as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from hpo.driver import worker_stub
+
+RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
+
+
+
+def available() -> bool:
+    """Forking workers needs Linux's pidfds and fd passing over Unix sockets."""
+    return sys.platform == "linux" and hasattr(os, "pidfd_open") and hasattr(socket, "send_fds")
+
+
+# Ray's default workers started with its node, before any job, carry no job: none is needed
+# when forks are cheap, and they could not be forked.
+SYSTEM_CONFIG = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
+
+
+class ForkServer:
+    """The server of one node's workers. Its socket is bound before the node starts, so
+    that every worker of the node queues for it; the server itself starts once the node and
+    the job are known (`start`)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self._path = run_dir / "fork.sock"
+        read_end, self._node_known = os.pipe()
+        # Only the server holds the socket: when it ends (or fails), the stubs find it closed
+        # and start their workers as Ray would.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener, \
+                open(run_dir / "fork_server.log", "ab") as log:
+            listener.bind(str(self._path))
+            listener.listen(512)
+            fds = [listener.fileno(), read_end]
+            self._server = subprocess.Popen(
+                [sys.executable, "-m", "hpo.driver.fork_server_process", *map(str, fds)],
+                pass_fds=fds, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        os.close(read_end)
+        self.setup_worker = worker_stub.__file__  # Ray's setup_worker_path for the node
+        self.env = {worker_stub.SERVER_ENV: str(self._path),  # for the raylet, which
+                    worker_stub.RAY_SETUP_ENV: _ray_setup_worker()}  # its workers inherit
+
+    @contextlib.contextmanager
+    def raylet_env(self) -> Iterator[None]:
+        """While the block runs (the node's start), os.environ tells the raylet, and through
+        it each worker's stub, where the server and Ray's own setup_worker.py are."""
+        saved = {name: os.environ.get(name) for name in self.env}
+        os.environ.update(self.env)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    del os.environ[name]
+                else:
+                    os.environ[name] = value
+
+    def start(self) -> None:
+        """Serve the workers of this process's job on the node its `ray.init` started, in
+        the environment that node's raylet gives its workers."""
+        import ray
+        from ray._private import ray_constants
+        from ray._private.worker import _global_node
+
+        raylet_pid = _global_node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
+        job_id = ray.get_runtime_context().get_job_id()
+        env = _environ(raylet_pid)
+        env.pop("LD_PRELOAD", None)  # Ray's allocator for its raylet, not for workers
+        env.update(RAY_JOB_ID=job_id, RAY_RAYLET_PID=str(raylet_pid))
+        node_known, self._node_known = self._node_known, -1
+        with contextlib.suppress(BrokenPipeError), open(node_known, "w") as pipe:
+            json.dump(env, pipe)  # the server gone: the stubs start their own workers
+
+    def close(self) -> None:
+        if self._node_known >= 0:
+            os.close(self._node_known)  # never started: the server ends
+        self._server.terminate()
+        try:
+            self._server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._server.kill()
+            self._server.wait()
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    pairs = (entry.split(b"=", 1) for entry in raw.split(b"\0") if b"=" in entry)
+    return {os.fsdecode(key): os.fsdecode(value) for key, value in pairs}
+
+
+@contextlib.contextmanager
+def serving(run_dir: Path) -> Iterator[ForkServer | None]:
+    """A fork server for the node this process is about to start (None where forks are not
+    available); stopped after."""
+    if not available():
+        yield None
+        return
+    server = ForkServer(run_dir)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _ray_setup_worker() -> str:
+    from ray._private import ray_constants
+    from ray._private.workers import default_worker
+
+    return str(Path(default_worker.__file__).with_name(ray_constants.SETUP_WORKER_FILENAME))
+
+
+def missing() -> list[str]:
+    """What this module reads of Ray's private parts that the installed Ray lacks: Ray's
+    setup_worker.py beside its default_worker.py, the node's raylet process, RayParams'
+    setup_worker_path (set by hpo.driver.ray_private.lean_head)."""
+    from ray._private import ray_constants
+    from ray._private.parameter import RayParams
+
+    gaps = []
+    if not Path(_ray_setup_worker()).is_file():
+        gaps.append(_ray_setup_worker())
+    if not hasattr(ray_constants, "PROCESS_TYPE_RAYLET"):
+        gaps.append("ray_constants.PROCESS_TYPE_RAYLET")
+    if "setup_worker_path" not in vars(RayParams()):
+        gaps.append("RayParams.setup_worker_path")
+    return gaps

@@ -1,0 +1,245 @@
+"""The fork server's own process (started by hpo.driver.fork_server): it imports what every
+worker imports, once, then forks a worker for each stub that asks (hpo.driver.worker_stub).
+
+A fork is what a fresh worker would be: the environment, working directory and stdio of the
+process the raylet started, Ray's runtime-env variables applied as setup_worker.py applies
+them, SIGINT blocked as in Ray's processes, and the random generators that would have been
+seeded afresh (Python's own reseeds at fork; NumPy's global one is reseeded here). Nothing
+in the server uses a CUDA device or a connection before it forks.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
+
+# What every trial's worker imports: the libraries Tune imports (0.8 CPU-s on 2 cores),
+# first, while Ray starts; then, once the node and job are known, Ray's worker main and hpo's
+# trial wrapper. Not Tune itself: importing it declares Ray actor classes, and the first
+# declaration seeds Ray's C++ random generator, which every fork would then share (they
+# would draw the same object IDs). Not the user's trainable either: it may touch a GPU.
+LIBRARIES = ("numpy", "pandas", "pyarrow", "pyarrow.fs", "pydantic", "fsspec", "rich")
+RAY_MODULES = ("ray._private.workers.default_worker", "hpo.trial.one_process")
+_INT = struct.Struct("!i")
+_MAX_REQUEST = 1 << 20  # one request: the stub's arguments and environment
+# Ray's C++ side reads these from the environment once, at `import ray`: a fork serves only
+# workers whose values match the server's (one job's workers on one node).
+PER_PROCESS = ("RAY_JOB_ID", "RAY_RAYLET_PID")
+
+
+class _Server:
+    """One selector loop: accept a stub, fork its worker, report the worker's end to it; a
+    stub that goes (the raylet killed it) takes its worker along."""
+
+    def __init__(self, listener: socket.socket) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(listener, selectors.EVENT_READ, self._accept)
+
+    def run(self, parent: int) -> None:
+        while os.getppid() == parent:  # the driver gone: nothing to serve
+            for key, _ in self._selector.select(timeout=1.0):
+                key.data(key.fileobj)
+
+    def _accept(self, listener: socket.socket) -> None:
+        conn, _ = listener.accept()
+        self._selector.register(conn, selectors.EVENT_READ, self._request)
+
+    def _request(self, conn: socket.socket) -> None:
+        self._selector.unregister(conn)
+        message, fds, _, _ = socket.recv_fds(conn, _MAX_REQUEST, 3)
+        request = json.loads(message or b"{}")
+        env = request.get("env", {})
+        if len(fds) != 3 or any(env.get(name) != os.environ.get(name) for name in PER_PROCESS):
+            for fd in fds:
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                conn.send(_INT.pack(-1))  # the stub starts it as Ray would
+            conn.close()
+            return
+        pid = os.fork()
+        if pid == 0:
+            self._close_all(conn)
+            _become_worker(request, fds)
+        for fd in fds:
+            os.close(fd)
+        conn.send(_INT.pack(pid))
+        pidfd = os.pidfd_open(pid)
+        self._selector.register(conn, selectors.EVENT_READ, self._stub_gone(pid))
+        self._selector.register(pidfd, selectors.EVENT_READ, self._ended(pid, conn))
+
+    def _ended(self, pid: int, conn: socket.socket) -> Callable[[int], None]:
+        def ended(pidfd: int) -> None:
+            self._selector.unregister(pidfd)
+            os.close(pidfd)
+            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            if conn.fileno() >= 0:  # the stub still waits
+                self._selector.unregister(conn)
+                with contextlib.suppress(OSError):
+                    conn.send(_INT.pack(code))
+                conn.close()
+        return ended
+
+    def _stub_gone(self, pid: int) -> Callable[[socket.socket], None]:
+        def gone(conn: socket.socket) -> None:
+            self._selector.unregister(conn)
+            conn.close()
+            with contextlib.suppress(ProcessLookupError):  # the raylet killed the stub:
+                os.kill(pid, signal.SIGKILL)  # its worker goes too, as Ray expects
+        return gone
+
+    def _close_all(self, conn: socket.socket) -> None:
+        for key in list(self._selector.get_map().values()):
+            _close(key.fileobj)
+        self._selector.close()
+        conn.close()
+
+
+def _close(fileobj: Any) -> None:
+    if isinstance(fileobj, int):
+        os.close(fileobj)
+    else:
+        fileobj.close()
+
+
+def _become_worker(request: dict[str, Any], fds: list[int]) -> NoReturn:
+    """In the fork: turn into the worker the stub's arguments describe; never returns."""
+    code: Any = 1
+    try:
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = _worker_argv(request["args"])
+        _fresh_state()
+        code = 0
+        import runpy
+
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException:
+        traceback.print_exc()
+    _exit(code)
+
+
+def _worker_argv(args: list[str]) -> list[str]:
+    """What setup_worker.py would exec: its own arguments parsed off by its own parser, the
+    runtime env's variables applied, the interpreter flags dropped (this one has them)."""
+    from ray._private.runtime_env.context import RuntimeEnvContext
+    from ray._private.utils import update_envs
+    from ray._private.workers.setup_worker import parser
+
+    known, rest = parser.parse_known_args(args)
+    update_envs(RuntimeEnvContext.deserialize(known.serialized_runtime_env_context or "{}")
+                .env_vars)
+    while rest and rest[0] in ("-S", "-s"):
+        rest.pop(0)
+    for entry in reversed(os.environ.get("PYTHONPATH", "").split(os.pathsep)):
+        if entry and entry not in sys.path:
+            sys.path.insert(0, entry)
+    return rest
+
+
+def _fresh_state() -> None:
+    """What a new process would have fresh and a fork shares with its siblings."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()  # the global generator, seeded from the OS as at import
+
+
+def _exit(code: Any) -> NoReturn:
+    """Exit as the interpreter would (atexit hooks, flushed stdio), without unwinding into
+    the server's frames."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code if isinstance(code, int) else int(code is not None))
+
+
+def main(listener_fd: int, node_known_fd: int) -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # as Ray's own processes
+    parent = os.getppid()
+    listener = socket.socket(fileno=listener_fd)
+    for name in LIBRARIES:
+        importlib.import_module(name)
+    with open(node_known_fd) as node_known:
+        env = json.loads(node_known.read() or "{}")
+    if not env:
+        return  # the node did not start
+    os.environ.clear()
+    os.environ.update(env)  # Ray's C++ side reads it once, at `import ray`
+    for name in RAY_MODULES:
+        importlib.import_module(name)
+    if not _fresh_ray_ids():
+        print("hpo fork server: forks would share Ray's random IDs; not forking",
+              file=sys.stderr, flush=True)
+        return  # the stubs find the socket closed and start their workers as Ray does
+    gc.collect()
+    gc.freeze()  # the forks share these pages instead of copying them at their first GC
+    _Server(listener).run(parent)
+
+
+def _fresh_ray_ids() -> bool:
+    """Whether two forks draw different random Ray IDs (each seeds its own generator)."""
+    from ray._raylet import ObjectID
+
+    drawn = []
+    for _ in range(2):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(write, ObjectID.from_random().binary())
+            os._exit(0)
+        os.close(write)
+        with open(read, "rb") as drawn_id:
+            drawn.append(drawn_id.read())
+        os.waitpid(pid, 0)
+    return drawn[0] != drawn[1]
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]))
+
+
+def missing() -> list[str]:
+    """What the forks read of Ray's private parts that the installed Ray lacks: the worker's
+    main, setup_worker.py's parser and runtime-env context, the per-process flags."""
+    from ray._private import ray_constants
+    from ray._private.runtime_env.context import RuntimeEnvContext
+    from ray._private.workers import default_worker, setup_worker
+
+    gaps = []
+    if "ray._private.worker.connect(" not in Path(default_worker.__file__).read_text():
+        gaps.append(default_worker.__file__)
+    if "--serialized-runtime-env-context" not in setup_worker.parser.format_usage():
+        gaps.append("setup_worker.parser(--serialized-runtime-env-context)")
+    fields = set(vars(RuntimeEnvContext()))
+    if not {"command_prefix", "env_vars", "py_executable", "override_worker_entrypoint"} <= fields:
+        gaps.append("RuntimeEnvContext fields")
+    if not set(PER_PROCESS) <= set(ray_constants.RAY_INTERNAL_FLAGS):
+        gaps.append("ray_constants.RAY_INTERNAL_FLAGS")
+    return gaps
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]))

@@ -1,0 +1,96 @@
+"""Ray's `setup_worker.py` for an embedded hpo run: the raylet starts each Python worker as
+`python <this file> <worker args>`. Where hpo's fork server runs (hpo.driver.fork_server)
+and the worker needs nothing but a plain Python (no container, no other interpreter, no
+command prefix), this asks the server for a worker forked from a process that has Ray and
+Tune imported already, and lives exactly as long as that worker (the raylet watches this
+process until the worker registers). Otherwise, or when the server cannot be reached, it
+becomes Ray's own setup_worker.py.
+
+Standard library only, and no import of hpo: this runs once per worker, and its start is
+what the server saves.
+"""
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+
+SERVER_ENV = "HPO_FORK_SERVER"  # the server's socket
+RAY_SETUP_ENV = "HPO_RAY_SETUP_WORKER"  # Ray's own setup_worker.py
+_CONTEXT = "--serialized-runtime-env-context"
+_INT = struct.Struct("!i")
+
+
+def forkable(args: list[str]) -> bool:
+    """Whether a plain fork of this interpreter can be the worker these arguments ask for."""
+    language = _value(args, "--language") or "PYTHON"
+    context = json.loads(_value(args, _CONTEXT) or "{}")
+    ray_settings = [name for name in context.get("env_vars") or {} if name.startswith("RAY_")]
+    return (language == "PYTHON" and not ray_settings and not context.get("command_prefix")
+            and not context.get("override_worker_entrypoint")
+            and context.get("py_executable") in (None, sys.executable))
+
+
+def _value(args: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def _forked(server: str, args: list[str]) -> int | None:
+    """The forked worker's exit code (as a subprocess's returncode), or None when no worker
+    was forked (the caller then starts one itself)."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(server)
+        request = {"args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
+        socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
+        reply = conn.recv(_INT.size)
+    except OSError:
+        return None
+    if len(reply) != _INT.size or _INT.unpack(reply)[0] <= 0:
+        return None  # no server, or not one for this worker
+    pid = _INT.unpack(reply)[0]
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: _send(pid, signum))
+    return _exit_code(conn, pid)
+
+
+def _send(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
+
+
+def _exit_code(conn: socket.socket, pid: int) -> int:
+    """Wait for the server to report the worker's end; a server gone first leaves the worker
+    to its new parent, and this waits until it is gone."""
+    reply = b""
+    with contextlib.suppress(OSError):
+        reply = conn.recv(_INT.size)
+    if len(reply) == _INT.size:
+        return int(_INT.unpack(reply)[0])
+    while os.path.exists(f"/proc/{pid}"):
+        time.sleep(0.5)
+    return 1
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    server = os.environ.get(SERVER_ENV)
+    if server and forkable(args):
+        code = _forked(server, args)
+        if code is not None:
+            os._exit(128 - code if code < 0 else code)
+    ray_setup = os.environ[RAY_SETUP_ENV]
+    os.execv(sys.executable, [sys.executable, ray_setup, *args])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""The embedded Ray's workers forked from hpo's fork server (hpo/driver/fork_server.py).
+
+Real embedded Ray throughout: the workers' parents, environments and random streams are read
+from the workers themselves and from /proc; the guard against shared Ray IDs is run in a
+fresh process where it must refuse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from hpo.driver import worker_stub
+from hpo.driver.ray_session import embedded_ray
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="forks need Linux's pidfds")
+
+
+@ray.remote(num_cpus=1)
+class Probe:
+    def __init__(self) -> None:
+        import random
+
+        import numpy
+        import ray.tune  # noqa: F401  what a trial's actor imports
+
+        self.draws = (int(numpy.random.randint(1 << 30)), random.random())
+
+    def facts(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "parent": os.getppid(), "draws": self.draws,
+                "job": os.environ.get("RAY_JOB_ID"), "cwd": os.getcwd(),
+                "marker": os.environ.get("HPO_TEST_MARKER")}
+
+
+def _parent_command(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def _gone(pid: int, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not Path(f"/proc/{pid}").exists()
+
+
+def test_workers_are_forks_that_look_fresh(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPO_TEST_MARKER", "from the driver")
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=3):
+        probes = [Probe.remote() for _ in range(3)]
+        facts = ray.get([probe.facts.remote() for probe in probes])
+        job = ray.get_runtime_context().get_job_id()
+        parents = {fact["parent"] for fact in facts}
+        server = parents.pop() if len(parents) == 1 else None
+        server_command = _parent_command(server) if server else ""
+        ray.kill(probes[0])
+        killed_gone = _gone(facts[0]["pid"])
+    assert "hpo.driver.fork_server_process" in server_command, parents
+    assert len({fact["draws"] for fact in facts}) == 3  # NumPy's and Python's own, per worker
+    assert {fact["job"] for fact in facts} == {job}
+    assert {fact["cwd"] for fact in facts} == {os.getcwd()}
+    assert {fact["marker"] for fact in facts} == {"from the driver"}
+    assert killed_gone  # a killed actor's forked worker ends
+    assert server is not None and _gone(server, timeout_s=15)  # the server ends with Ray
+    assert all(_gone(fact["pid"], timeout_s=30) for fact in facts)
+
+
+def test_a_worker_with_its_own_ray_settings_is_started_by_ray(tmp_path: Path) -> None:
+    """Ray's C++ side reads RAY_* once, at `import ray`: a runtime env that sets one gets a
+    worker Ray starts itself, and it sees the setting."""
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=2):
+        forked = ray.get(Probe.remote().facts.remote())
+        own = Probe.options(runtime_env={"env_vars": {"RAY_HPO_TEST": "1"}}).remote()
+        started = ray.get(own.facts.remote())
+        setting = ray.get(own.__ray_call__.remote(lambda _self: os.environ.get("RAY_HPO_TEST")))
+        server_command = _parent_command(forked["parent"])
+    assert "hpo.driver.fork_server_process" in server_command
+    assert started["parent"] != forked["parent"]
+    assert setting == "1"
+
+
+@pytest.mark.parametrize(("context", "forkable"), [
+    ({}, True),
+    ({"env_vars": {"OMP_NUM_THREADS": "2"}}, True),
+    ({"env_vars": {"RAY_memory_monitor_refresh_ms": "0"}}, False),
+    ({"command_prefix": ["cd", "/x", "&&"]}, False),
+    ({"py_executable": "/other/python"}, False),
+    ({"override_worker_entrypoint": "/x/default_worker.py"}, False),
+])
+def test_the_stub_forks_only_plain_python_workers(context: dict[str, Any],
+                                                  forkable: bool) -> None:
+    args = ["default_worker.py", "--worker-id=ab", "--language=PYTHON",
+            f"--serialized-runtime-env-context={json.dumps(context)}"]
+    assert worker_stub.forkable(args) is forkable
+    assert not worker_stub.forkable([*args[:2], "--language=JAVA", args[3]])
+
+
+def test_the_server_refuses_when_forks_would_share_ray_ids() -> None:
+    """Declaring a Ray actor class (as importing Tune does) seeds Ray's C++ generator; forks
+    made after it would draw the same IDs, and the server's check says so."""
+    code = ("import ray.tune\n"
+            "from hpo.driver.fork_server_process import _fresh_ray_ids\n"
+            "print(_fresh_ray_ids())\n")
+    fresh = ("from hpo.driver.fork_server_process import LIBRARIES, RAY_MODULES, _fresh_ray_ids\n"
+             "import importlib\n"
+             "[importlib.import_module(m) for m in LIBRARIES + RAY_MODULES]\n"
+             "print(_fresh_ray_ids())\n")
+    after_tune = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                timeout=300, check=True)
+    preloaded = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True,
+                               timeout=300, check=True)
+    assert after_tune.stdout.split()[-1] == "False"
+    assert preloaded.stdout.split()[-1] == "True"

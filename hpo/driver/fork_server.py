@@ -37,6 +37,11 @@ def available() -> bool:
 SYSTEM_CONFIG = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
 
 
+# The first job a fresh node's GCS registers: the driver of the `ray.init` that starts it. A
+# wrong guess costs only speed: the server forks no worker of another job.
+FIRST_JOB = "01000000"
+
+
 class ForkServer:
     """The server of one node's workers. Its socket is bound before the node starts, so
     that every worker of the node queues for it; the server itself starts once the node and
@@ -75,15 +80,11 @@ class ForkServer:
                 else:
                     os.environ[name] = value
 
-    def start(self) -> None:
-        """Serve the workers of this process's job on the node its `ray.init` started, in
-        the environment that node's raylet gives its workers."""
-        import ray
-        from ray._private import ray_constants
-        from ray._private.worker import _global_node
-
-        raylet_pid = _global_node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
-        job_id = ray.get_runtime_context().get_job_id()
+    def start(self, raylet_pid: int, job_id: str = FIRST_JOB) -> None:
+        """Serve the workers of a job (by default this process's, whose `ray.init` is
+        starting the node) on the node whose raylet is raylet_pid, in the environment that
+        raylet gives its workers. Called as soon as the raylet is started, so that the
+        server imports Ray while the node comes up."""
         env = _environ(raylet_pid)
         env.pop("LD_PRELOAD", None)  # Ray's allocator for its raylet, not for workers
         env.update(RAY_JOB_ID=job_id, RAY_RAYLET_PID=str(raylet_pid))
@@ -131,16 +132,6 @@ def _ray_setup_worker() -> str:
 
 def missing() -> list[str]:
     """What this module reads of Ray's private parts that the installed Ray lacks: Ray's
-    setup_worker.py beside its default_worker.py, the node's raylet process, RayParams'
-    setup_worker_path (set by hpo.driver.ray_private.lean_head)."""
-    from ray._private import ray_constants
-    from ray._private.parameter import RayParams
-
-    gaps = []
-    if not Path(_ray_setup_worker()).is_file():
-        gaps.append(_ray_setup_worker())
-    if not hasattr(ray_constants, "PROCESS_TYPE_RAYLET"):
-        gaps.append("ray_constants.PROCESS_TYPE_RAYLET")
-    if "setup_worker_path" not in vars(RayParams()):
-        gaps.append("RayParams.setup_worker_path")
-    return gaps
+    setup_worker.py beside its default_worker.py (the node's worker command and its
+    raylet are set and read by hpo.driver.ray_private.lean_head)."""
+    return [] if Path(_ray_setup_worker()).is_file() else [_ray_setup_worker()]

@@ -11,6 +11,10 @@ Ray and fails loudly when one is gone or changed:
     starts the dashboard's head process (with include_dashboard=False still, serving only
     Ray's usage statistics) and waits until it is up; replaced for a block by one that starts
     nothing and leaves Node._webui_url None, as Ray's own path does when that process fails;
+  - Node.start_raylet(self, ...), which records the raylet's process in
+    Node.all_processes[PROCESS_TYPE_RAYLET]: wrapped for a block to hand its pid on (the fork
+    server, hpo.driver.fork_server, then imports Ray while the node comes up), and
+    RayParams.setup_worker_path, the raylet's worker command, set for the block;
   - ray.tune.experiment.trial.Trial._handle_ray_actor_error(self, exc): what Tune does when a
     trial's actor dies (a RayActorError: counted against max_failures unless preempted),
     replaced for a block by a handler that may forgive the death or hand it on;
@@ -126,11 +130,13 @@ def replaced(owner: type, name: str, wrap: Callable[[Any], Any]) -> Iterator[Non
 
 
 @contextlib.contextmanager
-def lean_head(setup_worker: str | None = None) -> Iterator[None]:
+def lean_head(setup_worker: str | None = None,
+              on_raylet: Callable[[int], None] | None = None) -> Iterator[None]:
     """While the block runs, every RayParams built (the one `ray.init` builds to start its
     node) has no autoscaler monitor and no log monitor (and `setup_worker` as the raylet's
-    worker command, when given), and a head node starts no dashboard process; restored
-    after."""
+    worker command, when given), a head node starts no dashboard process, and on_raylet
+    (when given) is called with the raylet's pid as soon as it is started; restored after."""
+    from ray._private import ray_constants
     from ray._private.node import Node
     from ray._private.parameter import RayParams
 
@@ -148,7 +154,15 @@ def lean_head(setup_worker: str | None = None) -> Iterator[None]:
             self._webui_url = None
         return start_api_server
 
-    with replaced(RayParams, "__init__", lean), replaced(Node, "start_api_server", no_api_server):
+    def told(original: Any) -> Any:
+        def start_raylet(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            if on_raylet:
+                on_raylet(self.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid)
+        return start_raylet
+
+    with replaced(RayParams, "__init__", lean), replaced(Node, "start_api_server", no_api_server), \
+            replaced(Node, "start_raylet", told):
         yield
 
 
@@ -226,6 +240,10 @@ def missing() -> list[str]:
     if list(inspect.signature(Node.start_api_server).parameters) != list(_API_SERVER_PARAMS) or \
             "self._webui_url" not in _source(Node):
         gaps.append(f"Node.start_api_server({', '.join(_API_SERVER_PARAMS)}), Node._webui_url")
+    if "self.all_processes[ray_constants.PROCESS_TYPE_RAYLET] = [" not in \
+            inspect.getsource(Node.start_raylet) or "setup_worker_path" not in vars(built):
+        gaps.append("Node.start_raylet, all_processes[PROCESS_TYPE_RAYLET], "
+                    "RayParams.setup_worker_path")
     handle = getattr(Trial, "_handle_ray_actor_error", None)
     if not callable(handle) or list(inspect.signature(handle).parameters) != ["self", "exc"]:
         gaps.append("Trial._handle_ray_actor_error(self, exc)")

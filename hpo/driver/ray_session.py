@@ -127,7 +127,9 @@ def _lean_head(forks: fork_server.ForkServer | None) -> contextlib.AbstractConte
     (--no-monitor, --include-log-monitor=false) and none for the dashboard process; `ray.init`
     has none at all, so they are set for this call only. With a fork server, the raylet's
     worker command is its stub (hpo.driver.fork_server)."""
-    return ray_private.lean_head(forks.setup_worker if forks else None)
+    if forks is None:
+        return ray_private.lean_head()
+    return ray_private.lean_head(forks.setup_worker, on_raylet=forks.start)
 
 
 # Ray 2.60 on AMD GPUs fails at `import ray` (in any thread: the trainable is imported beside
@@ -182,8 +184,6 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
                      _temp_dir=str(run_dir / "r"), log_to_driver=False,
                      logging_level=logging.WARNING,
                      _system_config=fork_server.SYSTEM_CONFIG if forks else None)
-        if forks:
-            forks.start()
     except BaseException:
         stack.close()  # undo what was done
         raise

@@ -119,3 +119,44 @@ def test_the_server_refuses_when_forks_would_share_ray_ids() -> None:
                                timeout=300, check=True)
     assert after_tune.stdout.split()[-1] == "False"
     assert preloaded.stdout.split()[-1] == "True"
+
+
+@ray.remote(num_cpus=1)
+class ModulesAtStart:
+    def __init__(self) -> None:
+        self.had_torch = "torch" in sys.modules  # before this worker imports anything
+
+    def facts(self) -> tuple[bool, int]:
+        return self.had_torch, os.getppid()
+
+
+def _server_pid() -> int:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes()
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if b"hpo.driver.fork_server_process" in command and parent == os.getpid():
+                return int(entry.name)
+    raise AssertionError("no fork server of this process")
+
+
+def test_workers_start_with_the_trainables_torch_once_the_driver_has_it(
+        tmp_path: Path) -> None:
+    import torch  # noqa: F401  as a torch trainable's import does in the driver
+
+    from hpo.driver.ray_session import preload_imported
+
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
+        before = ray.get(ModulesAtStart.remote().facts.remote())
+        server = _server_pid()
+        preload_imported()
+        deadline = time.monotonic() + 120
+        while b"libtorch" not in Path(f"/proc/{server}/maps").read_bytes():
+            assert time.monotonic() < deadline, "the server never imported torch"
+            time.sleep(0.1)
+        after = ray.get(ModulesAtStart.remote().facts.remote())
+    assert before == (False, server)  # Ray, Tune's libraries: no torch unless asked
+    assert after == (True, server)

@@ -37,6 +37,10 @@ def available() -> bool:
 SYSTEM_CONFIG = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
 
 
+# Libraries a trainable may import that cost each worker a second or more, and that a fork
+# inherits safely while unused (torch initialises CUDA and its thread pools on first use).
+HEAVY = ("torch",)
+
 # The first job a fresh node's GCS registers: the driver of the `ray.init` that starts it. A
 # wrong guess costs only speed: the server forks no worker of another job.
 FIRST_JOB = "01000000"
@@ -49,7 +53,7 @@ class ForkServer:
 
     def __init__(self, run_dir: Path) -> None:
         self._path = run_dir / "fork.sock"
-        read_end, self._node_known = os.pipe()
+        read_end, write_end = os.pipe()
         # Only the server holds the socket: when it ends (or fails), the stubs find it closed
         # and start their workers as Ray would.
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener, \
@@ -61,6 +65,9 @@ class ForkServer:
                 [sys.executable, "-m", "hpo.driver.fork_server_process", *map(str, fds)],
                 pass_fds=fds, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         os.close(read_end)
+        # What the server is told, a JSON line each: the workers' environment, then modules
+        # to import for the forks made after.
+        self._orders = os.fdopen(write_end, "w")
         self.setup_worker = worker_stub.__file__  # Ray's setup_worker_path for the node
         self.env = {worker_stub.SERVER_ENV: str(self._path),  # for the raylet, which
                     worker_stub.RAY_SETUP_ENV: _ray_setup_worker()}  # its workers inherit
@@ -88,13 +95,21 @@ class ForkServer:
         env = _environ(raylet_pid)
         env.pop("LD_PRELOAD", None)  # Ray's allocator for its raylet, not for workers
         env.update(RAY_JOB_ID=job_id, RAY_RAYLET_PID=str(raylet_pid))
-        node_known, self._node_known = self._node_known, -1
-        with contextlib.suppress(BrokenPipeError), open(node_known, "w") as pipe:
-            json.dump(env, pipe)  # the server gone: the stubs start their own workers
+        self._tell(env)
+
+    def preload_imported(self) -> None:
+        """Have the server import the heavy libraries this process has imported by now (a
+        trainable's torch: about 1 s of each worker's start), for the forks it makes after."""
+        self._tell([name for name in HEAVY if name in sys.modules])
+
+    def _tell(self, order: object) -> None:
+        with contextlib.suppress(BrokenPipeError, ValueError):  # the server gone (or told
+            self._orders.write(json.dumps(order) + "\n")  # to end): the stubs start their
+            self._orders.flush()  # workers as Ray does
 
     def close(self) -> None:
-        if self._node_known >= 0:
-            os.close(self._node_known)  # never started: the server ends
+        with contextlib.suppress(BrokenPipeError):
+            self._orders.close()  # before its start: the server ends
         self._server.terminate()
         try:
             self._server.wait(timeout=10)

@@ -42,16 +42,66 @@ _MAX_REQUEST = 1 << 20  # one request: the stub's arguments and environment
 PER_PROCESS = ("RAY_JOB_ID", "RAY_RAYLET_PID")
 
 
+class _Orders:
+    """The driver's JSON lines on a pipe, read without a buffer the selector cannot see."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._pending = b""
+
+    def read(self, wait: bool = True) -> list[str] | None:
+        """The whole lines that have arrived (None at the end); without `wait`, only those
+        read already."""
+        data = os.read(self.fd, 1 << 20) if wait else b"-"
+        if not data:
+            return None
+        self._pending += data if wait else b""
+        *lines, self._pending = self._pending.split(b"\n")
+        return [line.decode() for line in lines]
+
+    def first(self) -> str:
+        """The first line, waiting for it ("" when the pipe ends first); the lines after it
+        stay for `read`."""
+        while b"\n" not in self._pending:
+            data = os.read(self.fd, 1 << 20)
+            if not data:
+                return ""
+            self._pending += data
+        line, self._pending = self._pending.split(b"\n", 1)
+        return line.decode()
+
+
 class _Server:
     """One selector loop: accept a stub, fork its worker, report the worker's end to it; a
     stub that goes (the raylet killed it) takes its worker along."""
 
-    def __init__(self, listener: socket.socket) -> None:
+    def __init__(self, listener: socket.socket, orders: _Orders) -> None:
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ, self._accept)
+        preload = self._preload(orders)
+        self._selector.register(orders.fd, selectors.EVENT_READ, preload)
+        self._serving = True
+        preload(-1)  # lines that came with the first
+    def _preload(self, orders: _Orders) -> Callable[[int], None]:
+        """Import the modules the driver names, unless that would make forks share Ray's
+        random IDs: then stop forking."""
+        def preload(fd: int) -> None:
+            lines = orders.read(wait=fd >= 0)
+            if lines is None:
+                self._selector.unregister(fd)
+                return
+            if not lines:
+                return
+            for name in (name for line in lines for name in json.loads(line)):
+                try:
+                    importlib.import_module(name)
+                except Exception:  # the worker imports it itself, and reports its error
+                    traceback.print_exc()
+            self._serving = self._serving and _fresh_ray_ids()
+        return preload
 
     def run(self, parent: int) -> None:
-        while os.getppid() == parent:  # the driver gone: nothing to serve
+        while self._serving and os.getppid() == parent:  # the driver gone: nothing to serve
             for key, _ in self._selector.select(timeout=1.0):
                 key.data(key.fileobj)
 
@@ -176,14 +226,14 @@ def _exit(code: Any) -> NoReturn:
     os._exit(code if isinstance(code, int) else int(code is not None))
 
 
-def main(listener_fd: int, node_known_fd: int) -> None:
+def main(listener_fd: int, orders_fd: int) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # as Ray's own processes
     parent = os.getppid()
     listener = socket.socket(fileno=listener_fd)
     for name in LIBRARIES:
         importlib.import_module(name)
-    with open(node_known_fd) as node_known:
-        env = json.loads(node_known.read() or "{}")
+    orders = _Orders(orders_fd)
+    env = json.loads(orders.first() or "{}")
     if not env:
         return  # the node did not start
     os.environ.clear()
@@ -196,7 +246,7 @@ def main(listener_fd: int, node_known_fd: int) -> None:
         return  # the stubs find the socket closed and start their workers as Ray does
     gc.collect()
     gc.freeze()  # the forks share these pages instead of copying them at their first GC
-    _Server(listener).run(parent)
+    _Server(listener, orders).run(parent)
 
 
 def _fresh_ray_ids() -> bool:

@@ -162,6 +162,17 @@ LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _import_ray_local_only()
 
 
+# The fork server of the embedded Ray while it runs (None without one).
+_forks: fork_server.ForkServer | None = None
+
+
+def preload_imported() -> None:
+    """Have the embedded Ray's workers start with the heavy libraries the driver has imported
+    by now (the trainable's torch), where a fork server makes them."""
+    if _forks is not None:
+        _forks.preload_imported()
+
+
 # The embedded Ray that `keep=True` left running for the next run in this process (a
 # notebook), with what it was started with; `shutdown()` ends it.
 _kept: contextlib.ExitStack | None = None
@@ -177,6 +188,8 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
         run_dir = stack.enter_context(private_run_dir())
         stack.enter_context(token_env(new_token(run_dir)))
         forks = stack.enter_context(fork_server.serving(run_dir))
+        _set_forks(forks)
+        stack.callback(_set_forks, None)
         with _lean_head(forks), forks.raylet_env() if forks else contextlib.nullcontext():
             # Ray makes its temp dir world-writable (made for a shared /tmp/ray): give it a
             # child of the private run dir, so nobody else can enter it at any time.
@@ -189,6 +202,11 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
         raise
     stack.callback(ray.shutdown)
     return stack
+
+
+def _set_forks(forks: fork_server.ForkServer | None) -> None:
+    global _forks
+    _forks = forks
 
 
 def shutdown() -> None:

@@ -28,8 +28,10 @@ RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see miss
 
 
 def available() -> bool:
-    """Forking workers needs Linux's pidfds and fd passing over Unix sockets."""
-    return sys.platform == "linux" and hasattr(os, "pidfd_open") and hasattr(socket, "send_fds")
+    """Forking workers needs Linux's pidfds and fd passing over Unix sockets; HPO_FORK_WORKERS=0
+    has Ray start every worker itself."""
+    return (os.environ.get("HPO_FORK_WORKERS", "1") != "0" and sys.platform == "linux"
+            and hasattr(os, "pidfd_open") and hasattr(socket, "send_fds"))
 
 
 # Ray's default workers started with its node, before any job, carry no job: none is needed

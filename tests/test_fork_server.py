@@ -143,16 +143,15 @@ def _server_pid() -> int:
     raise AssertionError("no fork server of this process")
 
 
-def test_workers_start_with_the_trainables_torch_once_the_driver_has_it(
+def test_workers_start_with_the_torch_a_worker_imports_with_the_trainable(
         tmp_path: Path) -> None:
-    import torch  # noqa: F401  as a torch trainable's import does in the driver
-
-    from hpo.driver.ray_session import preload_imported
+    from hpo.driver.ray_session import preload_for
+    from trainables.images import train
 
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
         before = ray.get(ModulesAtStart.remote().facts.remote())
         server = _server_pid()
-        preload_imported()
+        preload_for(train)
         deadline = time.monotonic() + 120
         while b"libtorch" not in Path(f"/proc/{server}/maps").read_bytes():
             assert time.monotonic() < deadline, "the server never imported torch"
@@ -160,3 +159,36 @@ def test_workers_start_with_the_trainables_torch_once_the_driver_has_it(
         after = ray.get(ModulesAtStart.remote().facts.remote())
     assert before == (False, server)  # Ray, Tune's libraries: no torch unless asked
     assert after == (True, server)
+
+
+def _function(source: str, module: str, **names: Any) -> Any:
+    scope: dict[str, Any] = {"__name__": module, **names}
+    exec(source, scope)  # a function as a notebook or another module defines it
+    return scope["train"]
+
+
+def test_only_the_torch_that_comes_with_the_trainable_is_preloaded() -> None:
+    import torch
+
+    from hpo.driver.fork_server import imported_with
+    from hpo.driver.trainable import WithParameters
+    from trainables.images import train as images
+
+    uses = "def train(config):\n    return torch.zeros(1)\n"
+    ignores = "def train(config):\n    return 1\n"
+    assert imported_with(images) == ["torch"]  # its module imports torch
+    assert imported_with(WithParameters(images, {})) == ["torch"]
+    assert imported_with(_function(uses, "__main__", torch=torch)) == ["torch"]
+    # a notebook's function that does not use the notebook's torch: copied without it
+    assert imported_with(_function(ignores, "__main__", torch=torch)) == []
+    assert imported_with(Probe) == []  # this module holds no torch
+
+
+def test_hpo_fork_workers_0_has_ray_start_every_worker(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPO_FORK_WORKERS", "0")
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
+        parent = ray.get(Probe.remote().facts.remote())["parent"]
+        command = _parent_command(parent)
+    assert "fork_server_process" not in command
+    assert "raylet" in command  # Ray's own worker, the raylet's child

@@ -13,6 +13,7 @@ needs another interpreter, a container or a command prefix is started by Ray as 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import socket
@@ -20,6 +21,8 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from hpo.driver import worker_stub
 
@@ -42,6 +45,24 @@ SYSTEM_CONFIG = {"prestart_worker_first_driver": False, "enable_worker_prestart"
 # Libraries a trainable may import that cost each worker a second or more, and that a fork
 # inherits safely while unused (torch initialises CUDA and its thread pools on first use).
 HEAVY = ("torch",)
+
+
+def imported_with(trainable: Any) -> list[str]:
+    """The HEAVY libraries a fresh worker imports with the trainable itself: those its module
+    holds, when that module is imported by name in the worker (any but __main__), and those
+    its function's code names (cloudpickle sends them by reference with a function it copies).
+    Others may come with the first trial: not preloaded, since a worker could tell (hpo saves a
+    trial's state with torch only where torch is loaded)."""
+    target = inspect.unwrap(trainable)
+    held: list[Any] = []
+    module = sys.modules.get(getattr(target, "__module__", "") or "")
+    if module is not None and module.__name__ != "__main__":
+        held += vars(module).values()
+    code, names = getattr(target, "__code__", None), getattr(target, "__globals__", {})
+    if code is not None:
+        held += [names[name] for name in code.co_names if name in names]
+    roots = {value.__name__.split(".")[0] for value in held if isinstance(value, ModuleType)}
+    return [name for name in HEAVY if name in roots]
 
 # The first job a fresh node's GCS registers: the driver of the `ray.init` that starts it. A
 # wrong guess costs only speed: the server forks no worker of another job.
@@ -99,10 +120,11 @@ class ForkServer:
         env.update(RAY_JOB_ID=job_id, RAY_RAYLET_PID=str(raylet_pid))
         self._tell(env)
 
-    def preload_imported(self) -> None:
-        """Have the server import the heavy libraries this process has imported by now (a
-        trainable's torch: about 1 s of each worker's start), for the forks it makes after."""
-        self._tell([name for name in HEAVY if name in sys.modules])
+    def preload_for(self, trainable: Any) -> None:
+        """Have the server import the heavy libraries a fresh worker imports with this
+        trainable before any trial code runs (a torch trainable's torch: about 1 s of each
+        worker's start), for the forks it makes after: a worker sees what it would have seen."""
+        self._tell(imported_with(trainable))
 
     def _tell(self, order: object) -> None:
         with contextlib.suppress(BrokenPipeError, ValueError):  # the server gone (or told

@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from hpo.cluster.auth import RayCluster, new_token, token_env
 from hpo.cluster.slurm_env import rocm_visible
@@ -166,11 +167,11 @@ _import_ray_local_only()
 _forks: fork_server.ForkServer | None = None
 
 
-def preload_imported() -> None:
-    """Have the embedded Ray's workers start with the heavy libraries the driver has imported
-    by now (the trainable's torch), where a fork server makes them."""
+def preload_for(trainable: Any) -> None:
+    """Have the embedded Ray's workers start with the heavy libraries a worker imports with
+    this trainable (its torch), where a fork server makes them."""
     if _forks is not None:
-        _forks.preload_imported()
+        _forks.preload_for(trainable)
 
 
 # The embedded Ray that `keep=True` left running for the next run in this process (a

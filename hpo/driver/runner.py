@@ -28,7 +28,7 @@ from hpo.driver.guards.start_stop import (
 )
 from hpo.driver.guards.storage_faults import check_resumable, storage_guard
 from hpo.driver.guards.walltime import WalltimeGuard, active
-from hpo.driver.ray_session import connected_ray, embedded_ray, preload_imported
+from hpo.driver.ray_session import connected_ray, embedded_ray, preload_for
 from hpo.driver.trainable import python_name
 from hpo.errors import ConfigError, ExperimentError, RunError
 from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
@@ -115,7 +115,7 @@ def _ray_and_trainable(spec: Spec, source: str, exp_dir: Path, num_cpus: int | N
         pool.submit(translate.import_ahead)  # meanwhile too: what the driver needs next
         with _ray_for(spec, source, exp_dir, num_cpus, cluster, keep_ray):
             func, objects = importing.result()
-            preload_imported()
+            preload_for(func)
             with objects_in_store(objects) as holder:
                 yield translate.trainable(spec, func, holder)
 

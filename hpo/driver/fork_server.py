@@ -33,8 +33,13 @@ RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see miss
 def available() -> bool:
     """Forking workers needs Linux's pidfds and fd passing over Unix sockets; HPO_FORK_WORKERS=0
     has Ray start every worker itself."""
-    return (os.environ.get("HPO_FORK_WORKERS", "1") != "0" and sys.platform == "linux"
-            and hasattr(os, "pidfd_open") and hasattr(socket, "send_fds"))
+    if os.environ.get("HPO_FORK_WORKERS", "1") == "0" or not hasattr(socket, "send_fds"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))  # Linux 5.3 and later
+    except (AttributeError, OSError):
+        return False
+    return True
 
 
 # Ray's default workers started with its node, before any job, carry no job: none is needed
@@ -91,6 +96,7 @@ class ForkServer:
         # What the server is told, a JSON line each: the workers' environment, then modules
         # to import for the forks made after.
         self._orders = os.fdopen(write_end, "w")
+        self._preloaded: set[str] = set()
         self.setup_worker = worker_stub.__file__  # Ray's setup_worker_path for the node
         self.env = {worker_stub.SERVER_ENV: str(self._path),  # for the raylet, which
                     worker_stub.RAY_SETUP_ENV: _ray_setup_worker()}  # its workers inherit
@@ -123,8 +129,14 @@ class ForkServer:
     def preload_for(self, trainable: Any) -> None:
         """Have the server import the heavy libraries a fresh worker imports with this
         trainable before any trial code runs (a torch trainable's torch: about 1 s of each
-        worker's start), for the forks it makes after: a worker sees what it would have seen."""
-        self._tell(imported_with(trainable))
+        worker's start), for the forks it makes after: a worker sees what it would have seen.
+        A kept Ray's next run with a trainable that imports less stops the forks."""
+        wanted = set(imported_with(trainable))
+        if self._preloaded - wanted:
+            self._tell(None)
+        elif wanted - self._preloaded:
+            self._tell(sorted(wanted - self._preloaded))
+        self._preloaded |= wanted
 
     def _tell(self, order: object) -> None:
         with contextlib.suppress(BrokenPipeError, ValueError):  # the server gone (or told

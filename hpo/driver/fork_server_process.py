@@ -5,7 +5,9 @@ A fork is what a fresh worker would be: the environment, working directory and s
 process the raylet started, Ray's runtime-env variables applied as setup_worker.py applies
 them, SIGINT blocked as in Ray's processes, and the random generators that would have been
 seeded afresh (Python's own reseeds at fork; NumPy's global one is reseeded here). Nothing
-in the server uses a CUDA device or a connection before it forks.
+in the server uses a CUDA device or a connection before it forks. What forks share that fresh
+workers would not: the interpreter's string hash seed (the order of a set of strings), and
+the modules the server imported (those a worker imports anyway before its first trial).
 """
 
 from __future__ import annotations
@@ -82,28 +84,35 @@ class _Server:
         self._selector.register(orders.fd, selectors.EVENT_READ, preload)
         self._serving = True
         preload(-1)  # lines that came with the first
+
     def _preload(self, orders: _Orders) -> Callable[[int], None]:
         """Import the modules the driver names, unless that would make forks share Ray's
-        random IDs: then stop forking."""
+        random IDs: then stop forking, as on the driver's order to stop (null)."""
         def preload(fd: int) -> None:
             lines = orders.read(wait=fd >= 0)
             if lines is None:
                 self._selector.unregister(fd)
                 return
-            if not lines:
+            orders_given = [json.loads(line) for line in lines]
+            if None in orders_given:  # a worker must not see what an earlier run preloaded
+                self._serving = False
                 return
-            for name in (name for line in lines for name in json.loads(line)):
+            for name in (name for order in orders_given for name in order):
                 try:
                     importlib.import_module(name)
                 except Exception:  # the worker imports it itself, and reports its error
                     traceback.print_exc()
-            self._serving = self._serving and _fresh_ray_ids()
+            if orders_given:
+                self._serving = self._serving and _fresh_ray_ids()
         return preload
 
     def run(self, parent: int) -> None:
         while self._serving and os.getppid() == parent:  # the driver gone: nothing to serve
             for key, _ in self._selector.select(timeout=1.0):
-                key.data(key.fileobj)
+                try:
+                    key.data(key.fileobj)
+                except Exception:  # one stub's trouble is not the others'
+                    traceback.print_exc()
 
     def _accept(self, listener: socket.socket) -> None:
         conn, _ = listener.accept()
@@ -111,8 +120,12 @@ class _Server:
 
     def _request(self, conn: socket.socket) -> None:
         self._selector.unregister(conn)
-        message, fds, _, _ = socket.recv_fds(conn, _MAX_REQUEST, 3)
-        request = json.loads(message or b"{}")
+        fds: list[int] = []
+        try:
+            message, fds, _, _ = socket.recv_fds(conn, _MAX_REQUEST, 3)
+            request = json.loads(message)
+        except (OSError, ValueError):  # the stub went, or sent what no stub sends
+            request = {}
         env = request.get("env", {})
         if len(fds) != 3 or any(env.get(name) != os.environ.get(name) for name in PER_PROCESS):
             for fd in fds:
@@ -127,10 +140,13 @@ class _Server:
             _become_worker(request, fds)
         for fd in fds:
             os.close(fd)
-        conn.send(_INT.pack(pid))
-        pidfd = os.pidfd_open(pid)
+        self._selector.register(os.pidfd_open(pid), selectors.EVENT_READ, self._ended(pid, conn))
+        try:
+            conn.send(_INT.pack(pid))
+        except OSError:  # the stub went meanwhile: so does its worker
+            self._stub_gone(pid)(conn, registered=False)
+            return
         self._selector.register(conn, selectors.EVENT_READ, self._stub_gone(pid))
-        self._selector.register(pidfd, selectors.EVENT_READ, self._ended(pid, conn))
 
     def _ended(self, pid: int, conn: socket.socket) -> Callable[[int], None]:
         def ended(pidfd: int) -> None:
@@ -144,9 +160,12 @@ class _Server:
                 conn.close()
         return ended
 
-    def _stub_gone(self, pid: int) -> Callable[[socket.socket], None]:
-        def gone(conn: socket.socket) -> None:
-            self._selector.unregister(conn)
+    def _stub_gone(self, pid: int) -> Callable[..., None]:
+        def gone(conn: socket.socket, registered: bool = True) -> None:
+            if conn.fileno() < 0:  # the worker's end was handled first
+                return
+            if registered:
+                self._selector.unregister(conn)
             conn.close()
             with contextlib.suppress(ProcessLookupError):  # the raylet killed the stub:
                 os.kill(pid, signal.SIGKILL)  # its worker goes too, as Ray expects
@@ -265,10 +284,6 @@ def _fresh_ray_ids() -> bool:
             drawn.append(drawn_id.read())
         os.waitpid(pid, 0)
     return drawn[0] != drawn[1]
-
-
-if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
 
 
 def missing() -> list[str]:

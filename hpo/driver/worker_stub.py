@@ -13,11 +13,11 @@ what the server saves.
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import struct
 import sys
-import time
 
 SERVER_ENV = "HPO_FORK_SERVER"  # the server's socket
 RAY_SETUP_ENV = "HPO_RAY_SETUP_WORKER"  # Ray's own setup_worker.py
@@ -29,8 +29,10 @@ def forkable(args: list[str]) -> bool:
     """Whether a plain fork of this interpreter can be the worker these arguments ask for."""
     language = _value(args, "--language") or "PYTHON"
     context = json.loads(_value(args, _CONTEXT) or "{}")
-    ray_settings = [name for name in context.get("env_vars") or {} if name.startswith("RAY_")]
-    return (language == "PYTHON" and not ray_settings and not context.get("command_prefix")
+    # Variables read when a process or a library starts (RAY_*, thread counts, the
+    # allocator's, the hash seed) are fixed in the server already: none may differ.
+    return (language == "PYTHON" and not context.get("env_vars")
+            and not context.get("command_prefix")
             and not context.get("override_worker_entrypoint")
             and context.get("py_executable") in (None, sys.executable))
 
@@ -76,8 +78,9 @@ def _exit_code(conn: socket.socket, pid: int) -> int:
         reply = conn.recv(_INT.size)
     if len(reply) == _INT.size:
         return int(_INT.unpack(reply)[0])
-    while os.path.exists(f"/proc/{pid}"):
-        time.sleep(0.5)
+    with contextlib.suppress(OSError):  # gone already
+        pidfd = os.pidfd_open(pid)
+        select.select([pidfd], [], [])  # readable once the worker has exited
     return 1
 
 
@@ -86,8 +89,11 @@ def main() -> None:
     server = os.environ.get(SERVER_ENV)
     if server and forkable(args):
         code = _forked(server, args)
+        if code is not None and code < 0:  # killed by a signal: so is the process Ray started
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
         if code is not None:
-            os._exit(128 - code if code < 0 else code)
+            os._exit(code if code >= 0 else 128 - code)
     ray_setup = os.environ[RAY_SETUP_ENV]
     os.execv(sys.executable, [sys.executable, ray_setup, *args])
 

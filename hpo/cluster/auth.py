@@ -6,13 +6,11 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from hpo.cluster import ray_private
-
-_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AIR_NEW_OUTPUT")
 
 
 @dataclass(frozen=True)
@@ -34,18 +32,28 @@ def new_token(folder: Path) -> Path:
 
 
 @contextlib.contextmanager
-def token_env(token: Path) -> Iterator[None]:
-    """Token auth on for this process (Ray reads the token from the file), restored after."""
-    saved = {k: os.environ.get(k) for k in _ENV}
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
-                      RAY_AIR_NEW_OUTPUT="0")  # legacy reporter: silent at verbose=0
-    ray_private.reload_auth_settings()
+def environ_overlay(values: Mapping[str, str]) -> Iterator[None]:
+    """os.environ holds these values while the block runs (the processes it starts, such as
+    Ray's, inherit them); each name's earlier value, or none, after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        for key, value in saved.items():
+        for name, value in saved.items():
             if value is None:
-                os.environ.pop(key, None)
+                os.environ.pop(name, None)
             else:
-                os.environ[key] = value
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def token_env(token: Path) -> Iterator[None]:
+    """Token auth on for this process (Ray reads the token from the file), restored after."""
+    try:
+        with environ_overlay({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
+                              "RAY_AIR_NEW_OUTPUT": "0"}):  # legacy reporter: silent at verbose=0
+            ray_private.reload_auth_settings()
+            yield
+    finally:
         ray_private.reload_auth_settings()

@@ -28,6 +28,17 @@ from hpo.driver import worker_stub
 
 RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
 
+# Ray's default workers started with its node, before any job, carry no job: none is needed
+# when forks are cheap, and they could not be forked.
+SYSTEM_CONFIG = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
+
+# Libraries a trainable may import that cost each worker a second or more, and that a fork
+# inherits safely while unused (torch initialises CUDA and its thread pools on first use).
+HEAVY = ("torch",)
+
+# The first job a fresh node's GCS registers: the driver of the `ray.init` that starts it. A
+# wrong guess costs only speed: the server forks no worker of another job.
+FIRST_JOB = "01000000"
 
 
 def available() -> bool:
@@ -40,16 +51,6 @@ def available() -> bool:
     except (AttributeError, OSError):
         return False
     return True
-
-
-# Ray's default workers started with its node, before any job, carry no job: none is needed
-# when forks are cheap, and they could not be forked.
-SYSTEM_CONFIG = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
-
-
-# Libraries a trainable may import that cost each worker a second or more, and that a fork
-# inherits safely while unused (torch initialises CUDA and its thread pools on first use).
-HEAVY = ("torch",)
 
 
 def imported_with(trainable: Any) -> list[str]:
@@ -68,10 +69,6 @@ def imported_with(trainable: Any) -> list[str]:
         held += [names[name] for name in code.co_names if name in names]
     roots = {value.__name__.split(".")[0] for value in held if isinstance(value, ModuleType)}
     return [name for name in HEAVY if name in roots]
-
-# The first job a fresh node's GCS registers: the driver of the `ray.init` that starts it. A
-# wrong guess costs only speed: the server forks no worker of another job.
-FIRST_JOB = "01000000"
 
 
 class ForkServer:
@@ -98,23 +95,9 @@ class ForkServer:
         self._orders = os.fdopen(write_end, "w")
         self._preloaded: set[str] = set()
         self.setup_worker = worker_stub.__file__  # Ray's setup_worker_path for the node
-        self.env = {worker_stub.SERVER_ENV: str(self._path),  # for the raylet, which
-                    worker_stub.RAY_SETUP_ENV: _ray_setup_worker()}  # its workers inherit
-
-    @contextlib.contextmanager
-    def raylet_env(self) -> Iterator[None]:
-        """While the block runs (the node's start), os.environ tells the raylet, and through
-        it each worker's stub, where the server and Ray's own setup_worker.py are."""
-        saved = {name: os.environ.get(name) for name in self.env}
-        os.environ.update(self.env)
-        try:
-            yield
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    del os.environ[name]
-                else:
-                    os.environ[name] = value
+        # For the raylet's environment while it starts: each worker's stub inherits it.
+        self.env = {worker_stub.SERVER_ENV: str(self._path),
+                    worker_stub.RAY_SETUP_ENV: _ray_setup_worker()}
 
     def start(self, raylet_pid: int, job_id: str = FIRST_JOB) -> None:
         """Serve the workers of a job (by default this process's, whose `ray.init` is
@@ -175,10 +158,10 @@ def serving(run_dir: Path) -> Iterator[ForkServer | None]:
 
 
 def _ray_setup_worker() -> str:
-    from ray._private import ray_constants
-    from ray._private.workers import default_worker
+    from ray._private import ray_constants  # beside ray/_private/workers/
 
-    return str(Path(default_worker.__file__).with_name(ray_constants.SETUP_WORKER_FILENAME))
+    return str(Path(ray_constants.__file__).with_name("workers")
+               / ray_constants.SETUP_WORKER_FILENAME)
 
 
 def missing() -> list[str]:

@@ -2,12 +2,12 @@
 worker imports, once, then forks a worker for each stub that asks (hpo.driver.worker_stub).
 
 A fork is what a fresh worker would be: the environment, working directory and stdio of the
-process the raylet started, Ray's runtime-env variables applied as setup_worker.py applies
-them, SIGINT blocked as in Ray's processes, and the random generators that would have been
-seeded afresh (Python's own reseeds at fork; NumPy's global one is reseeded here). Nothing
-in the server uses a CUDA device or a connection before it forks. What forks share that fresh
-workers would not: the interpreter's string hash seed (the order of a set of strings), and
-the modules the server imported (those a worker imports anyway before its first trial).
+process the raylet started, SIGINT blocked as in Ray's processes, and the random generators
+that would have been seeded afresh (Python's own reseeds at fork; NumPy's global one is
+reseeded here). Nothing in the server uses a CUDA device or a connection before it forks.
+What forks share that fresh workers would not: the interpreter's string hash seed (the order
+of a set of strings), and the modules the server imported (those a worker imports anyway
+before its first trial).
 """
 
 from __future__ import annotations
@@ -51,19 +51,22 @@ class _Orders:
         self.fd = fd
         self._pending = b""
 
-    def read(self, wait: bool = True) -> list[str] | None:
-        """The whole lines that have arrived (None at the end); without `wait`, only those
-        read already."""
-        data = os.read(self.fd, 1 << 20) if wait else b"-"
+    def read(self) -> list[str] | None:
+        """The whole lines the pipe has (None at its end)."""
+        data = os.read(self.fd, 1 << 20)
         if not data:
             return None
-        self._pending += data if wait else b""
+        self._pending += data
+        return self.pending()
+
+    def pending(self) -> list[str]:
+        """The whole lines read already, taken."""
         *lines, self._pending = self._pending.split(b"\n")
         return [line.decode() for line in lines]
 
     def first(self) -> str:
         """The first line, waiting for it ("" when the pipe ends first); the lines after it
-        stay for `read`."""
+        stay pending."""
         while b"\n" not in self._pending:
             data = os.read(self.fd, 1 << 20)
             if not data:
@@ -80,31 +83,33 @@ class _Server:
     def __init__(self, listener: socket.socket, orders: _Orders) -> None:
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ, self._accept)
-        preload = self._preload(orders)
-        self._selector.register(orders.fd, selectors.EVENT_READ, preload)
+        self._selector.register(orders.fd, selectors.EVENT_READ, self._new_orders(orders))
         self._serving = True
-        preload(-1)  # lines that came with the first
+        self._preload(orders.pending())  # those that came with the first
 
-    def _preload(self, orders: _Orders) -> Callable[[int], None]:
-        """Import the modules the driver names, unless that would make forks share Ray's
-        random IDs: then stop forking, as on the driver's order to stop (null)."""
-        def preload(fd: int) -> None:
-            lines = orders.read(wait=fd >= 0)
+    def _new_orders(self, orders: _Orders) -> Callable[[int], None]:
+        def read(fd: int) -> None:
+            lines = orders.read()
             if lines is None:
                 self._selector.unregister(fd)
-                return
-            orders_given = [json.loads(line) for line in lines]
-            if None in orders_given:  # a worker must not see what an earlier run preloaded
-                self._serving = False
-                return
-            for name in (name for order in orders_given for name in order):
-                try:
-                    importlib.import_module(name)
-                except Exception:  # the worker imports it itself, and reports its error
-                    traceback.print_exc()
-            if orders_given:
-                self._serving = self._serving and _fresh_ray_ids()
-        return preload
+            else:
+                self._preload(lines)
+        return read
+
+    def _preload(self, lines: list[str]) -> None:
+        """Import the modules the driver names, unless that would make forks share Ray's
+        random IDs: then stop forking, as on the driver's order to stop (null)."""
+        orders_given = [json.loads(line) for line in lines]
+        if None in orders_given:  # a worker must not see what an earlier run preloaded
+            self._serving = False
+            return
+        for name in (name for order in orders_given for name in order):
+            try:
+                importlib.import_module(name)
+            except Exception:  # the worker imports it itself, and reports its error
+                traceback.print_exc()
+        if orders_given:
+            self._serving = self._serving and _fresh_ray_ids()
 
     def run(self, parent: int) -> None:
         while self._serving and os.getppid() == parent:  # the driver gone: nothing to serve
@@ -212,14 +217,11 @@ def _become_worker(request: dict[str, Any], fds: list[int]) -> NoReturn:
 
 def _worker_argv(args: list[str]) -> list[str]:
     """What setup_worker.py would exec: its own arguments parsed off by its own parser, the
-    runtime env's variables applied, the interpreter flags dropped (this one has them)."""
-    from ray._private.runtime_env.context import RuntimeEnvContext
-    from ray._private.utils import update_envs
+    interpreter flags dropped (this one has them). Its runtime env has no variables: the stub
+    sends a worker with some to Ray's own start."""
     from ray._private.workers.setup_worker import parser
 
-    known, rest = parser.parse_known_args(args)
-    update_envs(RuntimeEnvContext.deserialize(known.serialized_runtime_env_context or "{}")
-                .env_vars)
+    _, rest = parser.parse_known_args(args)
     while rest and rest[0] in ("-S", "-s"):
         rest.pop(0)
     for entry in reversed(os.environ.get("PYTHONPATH", "").split(os.pathsep)):

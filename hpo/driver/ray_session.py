@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.cluster.auth import RayCluster, new_token, token_env
+from hpo.cluster.auth import RayCluster, environ_overlay, new_token, token_env
 from hpo.cluster.slurm_env import rocm_visible
 from hpo.driver import fork_server, ray_private
 from hpo.driver.guards import storage_faults
@@ -191,7 +191,7 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
         forks = stack.enter_context(fork_server.serving(run_dir))
         _set_forks(forks)
         stack.callback(_set_forks, None)
-        with _lean_head(forks), forks.raylet_env() if forks else contextlib.nullcontext():
+        with _lean_head(forks), environ_overlay(forks.env if forks else {}):
             # Ray makes its temp dir world-writable (made for a shared /tmp/ray): give it a
             # child of the private run dir, so nobody else can enter it at any time.
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,

@@ -218,3 +218,24 @@ def test_hpo_fork_workers_0_has_ray_start_every_worker(tmp_path: Path,
         command = _parent_command(parent)
     assert "fork_server_process" not in command
     assert "raylet" in command  # Ray's own worker, the raylet's child
+
+
+def test_a_server_that_cannot_start_leaves_ray_to_start_the_workers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The server's exec failing (EFAULT, seen once on CI) costs speed, never the run."""
+    import errno
+
+    from hpo.driver import fork_server
+
+    def exec_fails(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EFAULT, "Bad address", sys.executable)
+
+    monkeypatch.setattr(fork_server.subprocess, "Popen", exec_fails)
+    fds = sorted(os.listdir("/proc/self/fd"))
+    with fork_server.serving(tmp_path) as server:
+        assert server is None
+    assert sorted(os.listdir("/proc/self/fd")) == fds  # the pipe and the socket closed
+    assert "the fork server did not start ([Errno 14] Bad address" in caplog.text
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):  # and the run goes on without it
+        parent = ray.get(Probe.remote().facts.remote())["parent"]
+        assert "raylet" in _parent_command(parent)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -78,18 +79,24 @@ class ForkServer:
 
     def __init__(self, run_dir: Path) -> None:
         self._path = run_dir / "fork.sock"
+        self._path.unlink(missing_ok=True)  # a server that failed to start before
         read_end, write_end = os.pipe()
         # Only the server holds the socket: when it ends (or fails), the stubs find it closed
         # and start their workers as Ray would.
-        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener, \
-                open(run_dir / "fork_server.log", "ab") as log:
-            listener.bind(str(self._path))
-            listener.listen(512)
-            fds = [listener.fileno(), read_end]
-            self._server = subprocess.Popen(
-                [sys.executable, "-m", "hpo.driver.fork_server_process", *map(str, fds)],
-                pass_fds=fds, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        os.close(read_end)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener, \
+                    open(run_dir / "fork_server.log", "ab") as log:
+                listener.bind(str(self._path))
+                listener.listen(512)
+                fds = [listener.fileno(), read_end]
+                self._server = subprocess.Popen(
+                    [sys.executable, "-m", "hpo.driver.fork_server_process", *map(str, fds)],
+                    pass_fds=fds, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
         # What the server is told, a JSON line each: the workers' environment, then modules
         # to import for the forks made after.
         self._orders = os.fdopen(write_end, "w")
@@ -150,7 +157,13 @@ def serving(run_dir: Path) -> Iterator[ForkServer | None]:
     if not available():
         yield None
         return
-    server = ForkServer(run_dir)
+    try:
+        server = ForkServer(run_dir)
+    except OSError as error:  # seen once on CI: Popen's exec failed with EFAULT
+        logging.getLogger(__name__).warning(
+            "workers start as Ray starts them: the fork server did not start (%s)", error)
+        yield None
+        return
     try:
         yield server
     finally:

@@ -24,19 +24,17 @@ import socket
 import struct
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
 
 # What every trial's worker imports: the libraries Tune imports (0.8 CPU-s on 2 cores),
-# first, while Ray starts; then, once the node and job are known, Ray's worker main and hpo's
-# trial wrapper. Not Tune itself: importing it declares Ray actor classes, and the first
-# declaration seeds Ray's C++ random generator, which every fork would then share (they
-# would draw the same object IDs). Not the user's trainable either: it may touch a GPU.
+# first, while Ray starts; then, once the node and job are known, Ray's worker main, Tune
+# (0.3-0.5 CPU-s more) and hpo's trial wrapper. Not the user's trainable: it may touch a GPU.
 LIBRARIES = ("numpy", "pandas", "pyarrow", "pyarrow.fs", "pydantic", "fsspec", "rich")
-RAY_MODULES = ("ray._private.workers.default_worker", "hpo.trial.one_process")
+RAY_MODULES = ("ray._private.workers.default_worker", "ray.tune", "hpo.trial.one_process")
 _INT = struct.Struct("!i")
 _MAX_REQUEST = 1 << 20  # one request: the stub's arguments and environment
 # Ray's C++ side reads these from the environment once, at `import ray`: a fork serves only
@@ -259,8 +257,9 @@ def main(listener_fd: int, orders_fd: int) -> None:
         return  # the node did not start
     os.environ.clear()
     os.environ.update(env)  # Ray's C++ side reads it once, at `import ray`
-    for name in RAY_MODULES:
-        importlib.import_module(name)
+    with _unseeded_actor_ids():
+        for name in RAY_MODULES:
+            importlib.import_module(name)
     if not _fresh_ray_ids():
         print("hpo fork server: forks would share Ray's random IDs; not forking",
               file=sys.stderr, flush=True)
@@ -268,6 +267,27 @@ def main(listener_fd: int, orders_fd: int) -> None:
     gc.collect()
     gc.freeze()  # the forks share these pages instead of copying them at their first GC
     _Server(listener, orders).run(parent)
+
+
+@contextlib.contextmanager
+def _unseeded_actor_ids() -> Iterator[None]:
+    """While the block runs, a Ray actor class declared (as importing Tune does) takes its
+    ID from os.urandom instead of Ray's C++ generator, whose first draw seeds it once per
+    process: a fork would share the seed, and draw the same object IDs as its siblings. The
+    class ID is only kept in the class's metadata (read by nothing in Ray 2.60)."""
+    import ray.actor
+    from ray._raylet import ActorClassID
+
+    class _FromUrandom:
+        @staticmethod
+        def from_random() -> Any:
+            return ActorClassID(os.urandom(ActorClassID.size()))
+
+    ray.actor.ActorClassID = _FromUrandom  # type: ignore[misc, assignment]
+    try:
+        yield
+    finally:
+        ray.actor.ActorClassID = ActorClassID  # type: ignore[misc]
 
 
 def _fresh_ray_ids() -> bool:
@@ -290,7 +310,11 @@ def _fresh_ray_ids() -> bool:
 
 def missing() -> list[str]:
     """What the forks read of Ray's private parts that the installed Ray lacks: the worker's
-    main, setup_worker.py's parser and runtime-env context, the per-process flags."""
+    main, setup_worker.py's parser and runtime-env context, where an actor class draws its
+    ID, the per-process flags."""
+    import inspect
+
+    import ray.actor
     from ray._private import ray_constants
     from ray._private.runtime_env.context import RuntimeEnvContext
     from ray._private.workers import default_worker, setup_worker
@@ -303,6 +327,8 @@ def missing() -> list[str]:
     fields = set(vars(RuntimeEnvContext()))
     if not {"command_prefix", "env_vars", "py_executable", "override_worker_entrypoint"} <= fields:
         gaps.append("RuntimeEnvContext fields")
+    if "ActorClassID.from_random()" not in inspect.getsource(ray.actor._make_actor):
+        gaps.append("ray.actor._make_actor(ActorClassID.from_random())")
     if not set(PER_PROCESS) <= set(ray_constants.RAY_INTERNAL_FLAGS):
         gaps.append("ray_constants.RAY_INTERNAL_FLAGS")
     return gaps

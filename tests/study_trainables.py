@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -76,3 +77,10 @@ def misnamed_metric(config: dict[str, Any]) -> None:
     """Reports `scor` (a typo of the experiment's metric `score`) and `loss`."""
     for step in range(3):
         hpo.report({"scor": step, "loss": 1.0 / (step + 1)})
+
+
+def parent_process(config: dict[str, Any]) -> None:
+    """Reports whether its worker was forked by hpo's fork server, and Tune's PL_DISABLE_FORK."""
+    parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    hpo.report({"score": 1.0, "forked": "fork_server_process" in parent,
+                "pl_disable_fork": os.environ.get("PL_DISABLE_FORK")})

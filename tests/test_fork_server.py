@@ -244,3 +244,35 @@ def test_a_server_that_cannot_start_leaves_ray_to_start_the_workers(
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):  # and the run goes on without it
         parent = ray.get(Probe.remote().facts.remote())["parent"]
         assert "raylet" in _parent_command(parent)
+
+
+@pytest.mark.parametrize(("variables", "forkable"), [
+    ({"PL_DISABLE_FORK": "1"}, True),  # what Tune gives every trial actor
+    ({"HOME": os.environ.get("HOME", "")}, True),  # a value the server has already
+    ({"PL_DISABLE_FORK": "1", "MKL_NUM_THREADS": "3"}, False),
+])
+def test_runtime_env_variables_read_late_or_repeated_still_fork(variables: dict[str, str],
+                                                                forkable: bool) -> None:
+    args = ["default_worker.py", "--language=PYTHON",
+            f"--serialized-runtime-env-context={json.dumps({'env_vars': variables})}"]
+    assert worker_stub.forkable(args) is forkable
+
+
+def test_tunes_own_runtime_env_is_let_through() -> None:
+    """Every variable Tune gives a trial actor is one the stub lets a fork set."""
+    from ray.tune.execution.class_cache import DEFAULT_ENV_VARS
+
+    assert set(DEFAULT_ENV_VARS) <= worker_stub.READ_LATE
+
+
+def test_a_runs_trials_run_in_forked_workers(tmp_path: Path) -> None:
+    """Through `hpo.run` and Tune's own actors (their runtime env included): forks, with
+    Tune's variable set in them as Ray sets it."""
+    import hpo
+
+    spec = {"name": "forks", "trainable": "tests/study_trainables.py:parent_process",
+            "metric": "score", "mode": "max", "num_samples": 3,
+            "search_space": {"x": {"uniform": [0.0, 1.0]}}, "storage": str(tmp_path)}
+    frame = hpo.run(spec, num_cpus=2, keep_ray=False).dataframe
+    assert list(frame["forked"]) == [True, True, True]
+    assert list(frame["pl_disable_fork"]) == ["1", "1", "1"]

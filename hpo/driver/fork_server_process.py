@@ -2,12 +2,12 @@
 worker imports, once, then forks a worker for each stub that asks (hpo.driver.worker_stub).
 
 A fork is what a fresh worker would be: the environment, working directory and stdio of the
-process the raylet started, SIGINT blocked as in Ray's processes, and the random generators
-that would have been seeded afresh (Python's own reseeds at fork; NumPy's global one is
-reseeded here). Nothing in the server uses a CUDA device or a connection before it forks.
-What forks share that fresh workers would not: the interpreter's string hash seed (the order
-of a set of strings), and the modules the server imported (those a worker imports anyway
-before its first trial).
+process the raylet started, Ray's runtime-env variables applied as setup_worker.py applies
+them, SIGINT blocked as in Ray's processes, and the random generators that would have been
+seeded afresh (Python's own reseeds at fork; NumPy's global one is reseeded here). Nothing in
+the server uses a CUDA device or a connection before it forks. What forks share that fresh
+workers would not: the interpreter's string hash seed (the order of a set of strings), and
+the modules the server imported (those a worker imports anyway before its first trial).
 """
 
 from __future__ import annotations
@@ -201,6 +201,7 @@ def _become_worker(request: dict[str, Any], fds: list[int]) -> NoReturn:
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = _worker_argv(request["args"])
+        _runtime_env_variables(request["args"])
         _fresh_state()
         code = 0
         import runpy
@@ -213,10 +214,21 @@ def _become_worker(request: dict[str, Any], fds: list[int]) -> NoReturn:
     _exit(code)
 
 
+def _runtime_env_variables(args: list[str]) -> None:
+    """Set the runtime env's variables as setup_worker.py sets them before its exec (only
+    those the stub lets through: hpo.driver.worker_stub.READ_LATE, or repeated values)."""
+    from ray._private.runtime_env.context import RuntimeEnvContext
+    from ray._private.utils import update_envs
+    from ray._private.workers.setup_worker import parser
+
+    known, _ = parser.parse_known_args(args)
+    context = RuntimeEnvContext.deserialize(known.serialized_runtime_env_context or "{}")
+    update_envs(context.env_vars)
+
+
 def _worker_argv(args: list[str]) -> list[str]:
     """What setup_worker.py would exec: its own arguments parsed off by its own parser, the
-    interpreter flags dropped (this one has them). Its runtime env has no variables: the stub
-    sends a worker with some to Ray's own start."""
+    interpreter flags dropped (this one has them)."""
     from ray._private.workers.setup_worker import parser
 
     _, rest = parser.parse_known_args(args)
@@ -327,6 +339,8 @@ def missing() -> list[str]:
     fields = set(vars(RuntimeEnvContext()))
     if not {"command_prefix", "env_vars", "py_executable", "override_worker_entrypoint"} <= fields:
         gaps.append("RuntimeEnvContext fields")
+    if "update_envs(self.env_vars)" not in inspect.getsource(RuntimeEnvContext.exec_worker):
+        gaps.append("RuntimeEnvContext.exec_worker(update_envs)")
     if "ActorClassID.from_random()" not in inspect.getsource(ray.actor._make_actor):
         gaps.append("ray.actor._make_actor(ActorClassID.from_random())")
     if not set(PER_PROCESS) <= set(ray_constants.RAY_INTERNAL_FLAGS):

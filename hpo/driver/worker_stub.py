@@ -23,6 +23,10 @@ SERVER_ENV = "HPO_FORK_SERVER"  # the server's socket
 RAY_SETUP_ENV = "HPO_RAY_SETUP_WORKER"  # Ray's own setup_worker.py
 _CONTEXT = "--serialized-runtime-env-context"
 _INT = struct.Struct("!i")
+# Runtime-env variables that nothing the server imports reads: the fork sets them as Ray's
+# setup_worker.py would. Tune gives every trial actor PL_DISABLE_FORK (read by PyTorch
+# Lightning, which the server never imports; ray/tune/execution/class_cache.py).
+READ_LATE = frozenset({"PL_DISABLE_FORK"})
 
 
 def forkable(args: list[str]) -> bool:
@@ -30,8 +34,11 @@ def forkable(args: list[str]) -> bool:
     language = _value(args, "--language") or "PYTHON"
     context = json.loads(_value(args, _CONTEXT) or "{}")
     # Variables read when a process or a library starts (RAY_*, thread counts, the
-    # allocator's, the hash seed) are fixed in the server already: none may differ.
-    return (language == "PYTHON" and not context.get("env_vars")
+    # allocator's, the hash seed) are fixed in the server already (it has the raylet's
+    # environment, as this process has): a runtime env may only repeat them.
+    changed = {name for name, value in (context.get("env_vars") or {}).items()
+               if os.environ.get(name) != value}
+    return (language == "PYTHON" and changed <= READ_LATE
             and not context.get("command_prefix")
             and not context.get("override_worker_entrypoint")
             and context.get("py_executable") in (None, sys.executable))

@@ -119,11 +119,11 @@ def test_the_server_refuses_when_forks_would_share_ray_ids() -> None:
             "from hpo.driver.fork_server_process import _fresh_ray_ids\n"
             "print(_fresh_ray_ids())\n")
     fresh = ("from hpo.driver.fork_server_process import LIBRARIES, RAY_MODULES, _fresh_ray_ids\n"
-             "from hpo.driver.fork_server_process import _unseeded_actor_ids\n"
+             "from hpo.driver.fork_server_process import WORKER_EXTRAS, _unseeded_actor_ids\n"
              "import importlib, ray.actor\n"
              "[importlib.import_module(m) for m in LIBRARIES]\n"
              "with _unseeded_actor_ids():\n"
-             "    [importlib.import_module(m) for m in RAY_MODULES]\n"
+             "    [importlib.import_module(m) for m in RAY_MODULES + WORKER_EXTRAS]\n"
              "assert 'ray.tune' in RAY_MODULES and ray.actor.ActorClassID is ray.ActorClassID\n"
              "print(_fresh_ray_ids())\n")
     after_tune = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -35,6 +35,12 @@ RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see miss
 # (0.3-0.5 CPU-s more) and hpo's trial wrapper. Not the user's trainable: it may touch a GPU.
 LIBRARIES = ("numpy", "pandas", "pyarrow", "pyarrow.fs", "pydantic", "fsspec", "rich")
 RAY_MODULES = ("ray._private.workers.default_worker", "ray.tune", "hpo.trial.one_process")
+# What a trial's worker imports after that before its first step, where installed (about
+# 0.2 CPU-s): Tune's trainable clears IPython's shell, Ray's serializers register pydantic
+# v1's and starlette's types, hpo's result batches, the fork's own argument parser.
+WORKER_EXTRAS = ("IPython.core.interactiveshell", "pydantic.v1", "starlette.datastructures",
+                 "pyarrow.json", "ray._private.arrow_serialization", "hpo.trial.batched",
+                 "ray._private.workers.setup_worker")
 _INT = struct.Struct("!i")
 _MAX_REQUEST = 1 << 20  # one request: the stub's arguments and environment
 # Ray's C++ side reads these from the environment once, at `import ray`: a fork serves only
@@ -272,6 +278,9 @@ def main(listener_fd: int, orders_fd: int) -> None:
     with _unseeded_actor_ids():
         for name in RAY_MODULES:
             importlib.import_module(name)
+        for name in WORKER_EXTRAS:
+            with contextlib.suppress(ImportError):  # the worker would not have it either
+                importlib.import_module(name)
     if not _fresh_ray_ids():
         print("hpo fork server: forks would share Ray's random IDs; not forking",
               file=sys.stderr, flush=True)

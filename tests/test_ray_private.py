@@ -221,19 +221,33 @@ def test_outside_a_trial_there_is_no_session() -> None:
 
 
 def test_lean_head_applies_to_the_block_only() -> None:
+    from ray._private import utils
     from ray._private.node import Node
     from ray._private.parameter import RayParams
 
     from hpo.driver.ray_private import lean_head
 
-    rays = Node.start_api_server
+    rays, rays_check = Node.start_api_server, utils.get_dashboard_dependency_error
     with lean_head():
         during = RayParams(num_cpus=1)
         assert Node.start_api_server is not rays
+        assert utils.get_dashboard_dependency_error is not rays_check
     after = RayParams()
     assert (during.no_monitor, during.include_log_monitor, during.num_cpus) == (True, False, 1)
     assert (after.no_monitor, after.include_log_monitor) == (False, None)
     assert Node.start_api_server is rays
+    assert utils.get_dashboard_dependency_error is rays_check
+
+
+def test_the_dashboard_dependency_look_agrees_with_rays_import() -> None:
+    """The same answer as Ray's own check (which imports the packages), without importing."""
+    from ray._private.utils import get_dashboard_dependency_error
+
+    from hpo.driver.ray_private import dashboard_deps_missing
+
+    ours, rays = dashboard_deps_missing(), get_dashboard_dependency_error()
+    assert (ours is None) == (rays is None)
+    assert ours is None or ours.name == rays.name  # here: aiohttp_cors is not installed
 
 
 class _Trial:

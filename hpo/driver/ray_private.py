@@ -11,6 +11,10 @@ Ray and fails loudly when one is gone or changed:
     starts the dashboard's head process (with include_dashboard=False still, serving only
     Ray's usage statistics) and waits until it is up; replaced for a block by one that starts
     nothing and leaves Node._webui_url None, as Ray's own path does when that process fails;
+  - ray._private.utils.get_dashboard_dependency_error(), which Node.start_raylet calls to
+    choose the dashboard agent's --minimal flag by importing ray.dashboard.optional_deps
+    (aiohttp, OpenTelemetry, Prometheus: 0.5-0.7 s before the raylet starts): replaced for
+    a block by a look for the same packages that imports none;
   - Node.start_raylet(self, ...), which records the raylet's process in
     Node.all_processes[PROCESS_TYPE_RAYLET]: wrapped for a block to hand its pid on (the fork
     server, hpo.driver.fork_server, then imports Ray while the node comes up), and
@@ -54,6 +58,7 @@ import importlib
 import inspect
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NamedTuple
 
 RAY_VERSION = "2.60.0"  # the version these were read from
@@ -119,7 +124,7 @@ def hook_class(hook: Hook) -> type:
 
 
 @contextlib.contextmanager
-def replaced(owner: type, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+def replaced(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
     """While the block runs, owner.name is wrap(the original); the original after."""
     original = getattr(owner, name)
     setattr(owner, name, wrap(original))
@@ -137,6 +142,7 @@ def lean_head(setup_worker: str | None = None,
     worker command, when given), a head node starts no dashboard process, and on_raylet
     (when given) is called with the raylet's pid as soon as it is started; restored after."""
     from ray._private import ray_constants
+    from ray._private import utils as ray_utils
     from ray._private.node import Node
     from ray._private.parameter import RayParams
 
@@ -162,8 +168,28 @@ def lean_head(setup_worker: str | None = None,
         return start_raylet
 
     with replaced(RayParams, "__init__", lean), replaced(Node, "start_api_server", no_api_server), \
-            replaced(Node, "start_raylet", told):
+            replaced(Node, "start_raylet", told), \
+            replaced(ray_utils, "get_dashboard_dependency_error", lambda _: dashboard_deps_missing):
         yield
+
+
+def dashboard_deps_missing() -> ImportError | None:
+    """What Ray's get_dashboard_dependency_error says (an ImportError when a package the full
+    dashboard agent needs is not installed), found without importing them: the top-level
+    packages ray.dashboard.optional_deps imports, looked up."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("ray.dashboard.optional_deps")
+    if spec is None or spec.origin is None:
+        return ImportError("No module named 'ray.dashboard.optional_deps'")
+    tree = ast.parse(Path(spec.origin).read_text())
+    imported = [alias.name if isinstance(node, ast.Import) else node.module or ""
+                for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+                for alias in node.names]  # in Ray's order: its error names the first missing
+    names = dict.fromkeys(name.split(".")[0] for name in imported if name)
+    missing = [name for name in names if importlib.util.find_spec(name) is None]
+    return ImportError(f"No module named {missing[0]!r}", name=missing[0]) if missing else None
 
 
 @contextlib.contextmanager

@@ -15,8 +15,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "hpo"
 ADAPTERS = ("hpo.trial.ray_private", "hpo.cluster.ray_private", "hpo.driver.ray_private",
-            "hpo.driver.ray_fit_private", "hpo.driver.plugins.ray_internals",
-            "hpo.driver.fork_server", "hpo.driver.fork_server_process")
+            "hpo.driver.ray_fit_private", "hpo.driver.ray_start_private",
+            "hpo.driver.plugins.ray_internals", "hpo.driver.fork_server",
+            "hpo.driver.fork_server_process")
 # What only an adapter may name. A traceback's file path (storage_faults reads
 # 'ray/train/_internal/storage.py' in tracebacks' text) is text, not a reach: not matched.
 PRIVATE = ("ray._raylet", "ray._private", "ray.train._internal", "_handle_ray_actor_error",
@@ -221,17 +222,20 @@ def test_outside_a_trial_there_is_no_session() -> None:
 
 
 def test_lean_head_applies_to_the_block_only() -> None:
-    from ray._private import utils
+    from ray._private import services, utils
     from ray._private.node import Node
     from ray._private.parameter import RayParams
 
-    from hpo.driver.ray_private import lean_head
+    from hpo.driver.ray_start_private import lean_head
 
     rays, rays_check = Node.start_api_server, utils.get_dashboard_dependency_error
+    rays_get_node = services.get_node
     with lean_head():
         during = RayParams(num_cpus=1)
         assert Node.start_api_server is not rays
         assert utils.get_dashboard_dependency_error is not rays_check
+        assert services.get_node is not rays_get_node
+    assert services.get_node is rays_get_node
     after = RayParams()
     assert (during.no_monitor, during.include_log_monitor, during.num_cpus) == (True, False, 1)
     assert (after.no_monitor, after.include_log_monitor) == (False, None)
@@ -243,7 +247,7 @@ def test_the_dashboard_dependency_look_agrees_with_rays_import() -> None:
     """The same answer as Ray's own check (which imports the packages), without importing."""
     from ray._private.utils import get_dashboard_dependency_error
 
-    from hpo.driver.ray_private import dashboard_deps_missing
+    from hpo.driver.ray_start_private import dashboard_deps_missing
 
     ours, rays = dashboard_deps_missing(), get_dashboard_dependency_error()
     assert (ours is None) == (rays is None)
@@ -286,3 +290,17 @@ def test_an_attribute_ray_no_longer_sets_is_named(monkeypatch: pytest.MonkeyPatc
     gone = ("ray.tune.search.optuna.optuna_search.OptunaSearch", "_study_of_old")
     monkeypatch.setattr(ray_private, "INHERITED_STATE", (*ray_private.INHERITED_STATE, gone))
     assert ray_private.missing() == [".".join(gone)]
+
+
+def test_a_registered_node_is_found_at_once_and_an_unknown_one_not(tmp_path: Path) -> None:
+    """The look `ray.init` makes before Ray's own (which sleeps 1 s between its looks)."""
+    import ray
+    from ray._raylet import NodeID
+
+    from hpo.driver.ray_session import embedded_ray
+    from hpo.driver.ray_start_private import registered
+
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
+        gcs = ray._private.worker.global_worker.node.gcs_address
+        assert registered(gcs, ray.get_runtime_context().get_node_id(), wait_s=5)
+        assert not registered(gcs, NodeID.from_random().hex(), wait_s=0.2)

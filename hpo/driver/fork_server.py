@@ -180,5 +180,5 @@ def _ray_setup_worker() -> str:
 def missing() -> list[str]:
     """What this module reads of Ray's private parts that the installed Ray lacks: Ray's
     setup_worker.py beside its default_worker.py (the node's worker command and its
-    raylet are set and read by hpo.driver.ray_private.lean_head)."""
+    raylet are set and read by hpo.driver.ray_start_private.lean_head)."""
     return [] if Path(_ray_setup_worker()).is_file() else [_ray_setup_worker()]

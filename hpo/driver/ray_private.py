@@ -1,24 +1,10 @@
 """Every reach of the driver's run, guards and plugins into Ray's private parts, in one place, as
 read from Ray 2.60.0 (RASDA's reaches into Tune are in hpo.driver.plugins.ray_internals, the
-changes to Tune's fit for a run's speed in hpo.driver.ray_fit_private).
+changes to Tune's fit for a run's speed in hpo.driver.ray_fit_private, those to the embedded
+Ray's start in hpo.driver.ray_start_private).
 
 Ray names none of these public; tests/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
-  - ray._private.parameter.RayParams: the parameters `ray.init` builds to start a node; its
-    __init__ is wrapped for a block so that each one built in it has no_monitor=True and
-    include_log_monitor=False (both are __init__ parameters and attributes);
-  - ray._private.node.Node.start_api_server(self, *, include_dashboard, raise_on_failure):
-    starts the dashboard's head process (with include_dashboard=False still, serving only
-    Ray's usage statistics) and waits until it is up; replaced for a block by one that starts
-    nothing and leaves Node._webui_url None, as Ray's own path does when that process fails;
-  - ray._private.utils.get_dashboard_dependency_error(), which Node.start_raylet calls to
-    choose the dashboard agent's --minimal flag by importing ray.dashboard.optional_deps
-    (aiohttp, OpenTelemetry, Prometheus: 0.5-0.7 s before the raylet starts): replaced for
-    a block by a look for the same packages that imports none;
-  - Node.start_raylet(self, ...), which records the raylet's process in
-    Node.all_processes[PROCESS_TYPE_RAYLET]: wrapped for a block to hand its pid on (the fork
-    server, hpo.driver.fork_server, then imports Ray while the node comes up), and
-    RayParams.setup_worker_path, the raylet's worker command, set for the block;
   - ray.tune.experiment.trial.Trial._handle_ray_actor_error(self, exc): what Tune does when a
     trial's actor dies (a RayActorError: counted against max_failures unless preempted),
     replaced for a block by a handler that may forgive the death or hand it on;
@@ -58,7 +44,6 @@ import importlib
 import inspect
 import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, NamedTuple
 
 RAY_VERSION = "2.60.0"  # the version these were read from
@@ -67,8 +52,6 @@ RAY_VERSION = "2.60.0"  # the version these were read from
 # handling (count it), to call for a death it does not forgive.
 ActorErrorHandler = Callable[[Any, BaseException, Callable[[Any, BaseException], None]], None]
 
-_LEAN = {"no_monitor": True, "include_log_monitor": False}
-_API_SERVER_PARAMS = ("self", "include_dashboard", "raise_on_failure")
 
 
 class Hook(NamedTuple):
@@ -107,11 +90,12 @@ def sets_or_defines(cls: type, name: str) -> bool:
     """Whether a class's own code (its MRO's, not hpo's) defines `name` or assigns self.name."""
     # also `self.x: T = ...`, the annotation over a few lines
     assigned = re.compile(rf"self\.{name}\s*(?::[^=\n]*(?:\n[^=\n]*){{0,3}})?=[^=]")
-    return any(name in vars(base) or assigned.search(_source(base))
+    return any(name in vars(base) or assigned.search(source_of(base))
                for base in cls.__mro__ if base.__module__.split(".")[0] == "ray")
 
 
-def _source(cls: type) -> str:
+def source_of(cls: type) -> str:
+    """A class's source (empty where it has none)."""
     try:
         return inspect.getsource(cls)
     except (OSError, TypeError):
@@ -132,64 +116,6 @@ def replaced(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None
         yield
     finally:
         setattr(owner, name, original)
-
-
-@contextlib.contextmanager
-def lean_head(setup_worker: str | None = None,
-              on_raylet: Callable[[int], None] | None = None) -> Iterator[None]:
-    """While the block runs, every RayParams built (the one `ray.init` builds to start its
-    node) has no autoscaler monitor and no log monitor (and `setup_worker` as the raylet's
-    worker command, when given), a head node starts no dashboard process, and on_raylet
-    (when given) is called with the raylet's pid as soon as it is started; restored after."""
-    from ray._private import ray_constants
-    from ray._private import utils as ray_utils
-    from ray._private.node import Node
-    from ray._private.parameter import RayParams
-
-    def lean(original: Any) -> Any:
-        def init(self: Any, *args: Any, **kwargs: Any) -> None:
-            original(self, *args, **kwargs)
-            for name, value in _LEAN.items():
-                setattr(self, name, value)
-            if setup_worker:
-                self.setup_worker_path = setup_worker
-        return init
-
-    def no_api_server(original: Any) -> Any:
-        def start_api_server(self: Any, *, include_dashboard: Any, raise_on_failure: Any) -> None:
-            self._webui_url = None
-        return start_api_server
-
-    def told(original: Any) -> Any:
-        def start_raylet(self: Any, *args: Any, **kwargs: Any) -> None:
-            original(self, *args, **kwargs)
-            if on_raylet:
-                on_raylet(self.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid)
-        return start_raylet
-
-    with replaced(RayParams, "__init__", lean), replaced(Node, "start_api_server", no_api_server), \
-            replaced(Node, "start_raylet", told), \
-            replaced(ray_utils, "get_dashboard_dependency_error", lambda _: dashboard_deps_missing):
-        yield
-
-
-def dashboard_deps_missing() -> ImportError | None:
-    """What Ray's get_dashboard_dependency_error says (an ImportError when a package the full
-    dashboard agent needs is not installed), found without importing them: the top-level
-    packages ray.dashboard.optional_deps imports, looked up."""
-    import ast
-    import importlib.util
-
-    spec = importlib.util.find_spec("ray.dashboard.optional_deps")
-    if spec is None or spec.origin is None:
-        return ImportError("No module named 'ray.dashboard.optional_deps'")
-    tree = ast.parse(Path(spec.origin).read_text())
-    imported = [alias.name if isinstance(node, ast.Import) else node.module or ""
-                for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
-                for alias in node.names]  # in Ray's order: its error names the first missing
-    names = dict.fromkeys(name.split(".")[0] for name in imported if name)
-    missing = [name for name in names if importlib.util.find_spec(name) is None]
-    return ImportError(f"No module named {missing[0]!r}", name=missing[0]) if missing else None
 
 
 @contextlib.contextmanager
@@ -253,23 +179,10 @@ def kept_checkpoint_rows(trial: Any) -> list[dict[str, Any]]:
 
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
-    from ray._private.node import Node
-    from ray._private.parameter import RayParams
     from ray.train._internal.checkpoint_manager import _CheckpointManager
     from ray.tune.experiment.trial import Trial
 
     gaps = []
-    params = inspect.signature(RayParams.__init__).parameters
-    built = RayParams()
-    gaps += [f"RayParams({name}=...)" for name in _LEAN
-             if name not in params or not hasattr(built, name)]
-    if list(inspect.signature(Node.start_api_server).parameters) != list(_API_SERVER_PARAMS) or \
-            "self._webui_url" not in _source(Node):
-        gaps.append(f"Node.start_api_server({', '.join(_API_SERVER_PARAMS)}), Node._webui_url")
-    if "self.all_processes[ray_constants.PROCESS_TYPE_RAYLET] = [" not in \
-            inspect.getsource(Node.start_raylet) or "setup_worker_path" not in vars(built):
-        gaps.append("Node.start_raylet, all_processes[PROCESS_TYPE_RAYLET], "
-                    "RayParams.setup_worker_path")
     handle = getattr(Trial, "_handle_ray_actor_error", None)
     if not callable(handle) or list(inspect.signature(handle).parameters) != ["self", "exc"]:
         gaps.append("Trial._handle_ray_actor_error(self, exc)")
@@ -289,14 +202,14 @@ def _snapshot_hook_gaps() -> list[str]:
 
     wanted = {
         "_CheckpointManager.register_checkpoint calls _delete_fs_path(fs=, fs_path=)":
-            "_delete_fs_path(fs=" in _source(checkpoint_manager._CheckpointManager)
+            "_delete_fs_path(fs=" in source_of(checkpoint_manager._CheckpointManager)
             and callable(getattr(checkpoint_manager, "_delete_fs_path", None)),
         "_ExperimentCheckpointManager.on_trial_checkpoint(self, trial)":
             method_params(_ExperimentCheckpointManager, "on_trial_checkpoint") == ["self", "trial"],
         "_ExperimentCheckpointManager._update_auto_checkpoint_time(self, time_taken)":
             method_params(_ExperimentCheckpointManager, "_update_auto_checkpoint_time")
             == ["self", "time_taken"]
-            and all(f"self.{name}" in _source(_ExperimentCheckpointManager)
+            and all(f"self.{name}" in source_of(_ExperimentCheckpointManager)
                     for name in ("_auto_checkpoint_enabled", "_checkpoint_period")),
         "_FilesystemSyncer._sync_up_command(self, local_path, uri, exclude)":
             method_params(storage._FilesystemSyncer, "_sync_up_command")

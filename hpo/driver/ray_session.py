@@ -23,7 +23,7 @@ from typing import Any
 
 from hpo.cluster.auth import RayCluster, environ_overlay, new_token, token_env
 from hpo.cluster.slurm_env import rocm_visible
-from hpo.driver import fork_server, ray_private
+from hpo.driver import fork_server, ray_start_private
 from hpo.driver.guards import storage_faults
 from hpo.driver.run_dir import private_run_dir
 
@@ -127,10 +127,11 @@ def _lean_head(forks: fork_server.ForkServer | None) -> contextlib.AbstractConte
     (docs/benchmarks.md). `ray start` has switches for the monitors
     (--no-monitor, --include-log-monitor=false) and none for the dashboard process; `ray.init`
     has none at all, so they are set for this call only. With a fork server, the raylet's
-    worker command is its stub (hpo.driver.fork_server)."""
+    worker command is its stub (hpo.driver.fork_server). `ray.init` also sees the node
+    registered within 20 ms instead of Ray's 1 s look (hpo.driver.ray_start_private)."""
     if forks is None:
-        return ray_private.lean_head()
-    return ray_private.lean_head(forks.setup_worker, on_raylet=forks.start)
+        return ray_start_private.lean_head()
+    return ray_start_private.lean_head(forks.setup_worker, on_raylet=forks.start)
 
 
 # Ray 2.60 on AMD GPUs fails at `import ray` (in any thread: the trainable is imported beside

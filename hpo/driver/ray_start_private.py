@@ -1,0 +1,166 @@
+"""What hpo changes in the embedded Ray's start (`ray.init` starting a node) for its speed:
+every reach into Ray's private parts for it, in one place, as read from Ray 2.60.0.
+
+Ray names none of these public; tests/test_ray_private.py checks each against the installed
+Ray and fails loudly when one is gone or changed:
+  - ray._private.parameter.RayParams: the parameters `ray.init` builds to start a node; its
+    __init__ is wrapped for a block so that each one built in it has no_monitor=True and
+    include_log_monitor=False (both are __init__ parameters and attributes);
+  - ray._private.node.Node.start_api_server(self, *, include_dashboard, raise_on_failure):
+    starts the dashboard's head process (with include_dashboard=False still, serving only
+    Ray's usage statistics) and waits until it is up; replaced for a block by one that starts
+    nothing and leaves Node._webui_url None, as Ray's own path does when that process fails;
+  - ray._private.utils.get_dashboard_dependency_error(), which Node.start_raylet calls to
+    choose the dashboard agent's --minimal flag by importing ray.dashboard.optional_deps
+    (aiohttp, OpenTelemetry, Prometheus: 0.2-0.7 s before the raylet starts): replaced for
+    a block by a look for the same packages that imports none;
+  - Node.start_raylet(self, ...), which records the raylet's process in
+    Node.all_processes[PROCESS_TYPE_RAYLET]: wrapped for a block to hand its pid on (the fork
+    server, hpo.driver.fork_server, then imports Ray while the node comes up), and
+    RayParams.setup_worker_path, the raylet's worker command, set for the block;
+  - ray._private.services.get_node(gcs_address, node_id), which Node.__init__ calls until
+    the new raylet has registered: its C++ side (GlobalStateAccessor::GetNode) sleeps 1 s
+    between looks, and the raylet registers 1-1.5 s after its start, so `ray.init` waited
+    about a second too long. Wrapped for a block: it first looks every 20 ms with a
+    ray._raylet.GcsClient(address=).get_all_node_info(timeout=, node_selectors=,
+    state_filter=), then asks Ray's own, which finds the node at its first look.
+Ray is imported only when one of these is called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from hpo.driver.ray_private import replaced, source_of
+
+RAY_VERSION = "2.60.0"  # the version these were read from
+
+_LEAN = {"no_monitor": True, "include_log_monitor": False}
+_API_SERVER_PARAMS = ("self", "include_dashboard", "raise_on_failure")
+NODE_LOOK_S = 0.02
+NODE_WAIT_S = 60.0  # then Ray's own wait, with its own limit and error
+
+
+@contextlib.contextmanager
+def lean_head(setup_worker: str | None = None,
+              on_raylet: Callable[[int], None] | None = None) -> Iterator[None]:
+    """While the block runs, every RayParams built (the one `ray.init` builds to start its
+    node) has no autoscaler monitor and no log monitor (and `setup_worker` as the raylet's
+    worker command, when given), a head node starts no dashboard process, on_raylet (when
+    given) is called with the raylet's pid as soon as it is started, and `ray.init` sees the
+    node registered within NODE_LOOK_S; restored after."""
+    from ray._private import ray_constants, services
+    from ray._private import utils as ray_utils
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
+
+    def lean(original: Any) -> Any:
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            for name, value in _LEAN.items():
+                setattr(self, name, value)
+            if setup_worker:
+                self.setup_worker_path = setup_worker
+        return init
+
+    def no_api_server(original: Any) -> Any:
+        def start_api_server(self: Any, *, include_dashboard: Any, raise_on_failure: Any) -> None:
+            self._webui_url = None
+        return start_api_server
+
+    def told(original: Any) -> Any:
+        def start_raylet(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            if on_raylet:
+                on_raylet(self.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid)
+        return start_raylet
+
+    def looked_for_first(original: Any) -> Any:
+        def get_node(gcs_address: str, node_id: str) -> Any:
+            registered(gcs_address, node_id)
+            return original(gcs_address, node_id)
+        return get_node
+
+    with replaced(RayParams, "__init__", lean), replaced(Node, "start_api_server", no_api_server), \
+            replaced(Node, "start_raylet", told), \
+            replaced(services, "get_node", looked_for_first), \
+            replaced(ray_utils, "get_dashboard_dependency_error", lambda _: dashboard_deps_missing):
+        yield
+
+
+def registered(gcs_address: str, node_id: str, wait_s: float = NODE_WAIT_S) -> bool:
+    """Whether the node registered as alive with the GCS within wait_s, looked for every
+    NODE_LOOK_S (False also where the GCS cannot be asked: Ray's own look then decides)."""
+    from ray._raylet import GcsClient, NodeID
+    from ray.core.generated.gcs_pb2 import GcsNodeInfo
+    from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest
+
+    selector = [GetAllNodeInfoRequest.NodeSelector(node_id=NodeID.from_hex(node_id).binary())]
+    deadline = time.monotonic() + wait_s
+    try:
+        gcs = GcsClient(address=gcs_address)
+        while time.monotonic() < deadline:
+            if gcs.get_all_node_info(timeout=5, node_selectors=selector,
+                                     state_filter=GcsNodeInfo.GcsNodeState.ALIVE):
+                return True
+            time.sleep(NODE_LOOK_S)
+    except Exception:  # noqa: BLE001  Ray's own look reports what is wrong
+        return False
+    return False
+
+
+def dashboard_deps_missing() -> ImportError | None:
+    """What Ray's get_dashboard_dependency_error says (an ImportError when a package the full
+    dashboard agent needs is not installed), found without importing them: the top-level
+    packages ray.dashboard.optional_deps imports, looked up."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("ray.dashboard.optional_deps")
+    if spec is None or spec.origin is None:
+        return ImportError("No module named 'ray.dashboard.optional_deps'")
+    tree = ast.parse(Path(spec.origin).read_text())
+    imported = [alias.name if isinstance(node, ast.Import) else node.module or ""
+                for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+                for alias in node.names]  # in Ray's order: its error names the first missing
+    names = dict.fromkeys(name.split(".")[0] for name in imported if name)
+    missing = [name for name in names if importlib.util.find_spec(name) is None]
+    return ImportError(f"No module named {missing[0]!r}", name=missing[0]) if missing else None
+
+
+def missing() -> list[str]:
+    """What this module reads that the installed Ray lacks (empty: all there)."""
+    from ray._private import services
+    from ray._private import utils as ray_utils
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
+    from ray._raylet import GcsClient
+
+    gaps = []
+    params = inspect.signature(RayParams.__init__).parameters
+    built = RayParams()
+    gaps += [f"RayParams({name}=...)" for name in _LEAN
+             if name not in params or not hasattr(built, name)]
+    if list(inspect.signature(Node.start_api_server).parameters) != list(_API_SERVER_PARAMS) or \
+            "self._webui_url" not in source_of(Node):
+        gaps.append(f"Node.start_api_server({', '.join(_API_SERVER_PARAMS)}), Node._webui_url")
+    if "self.all_processes[ray_constants.PROCESS_TYPE_RAYLET] = [" not in \
+            inspect.getsource(Node.start_raylet) or "setup_worker_path" not in vars(built):
+        gaps.append("Node.start_raylet, all_processes[PROCESS_TYPE_RAYLET], "
+                    "RayParams.setup_worker_path")
+    if "ray._private.utils.get_dashboard_dependency_error()" not in \
+            inspect.getsource(services.start_raylet) or \
+            not callable(getattr(ray_utils, "get_dashboard_dependency_error", None)):
+        gaps.append("services.start_raylet calls utils.get_dashboard_dependency_error()")
+    if list(inspect.signature(services.get_node).parameters) != ["gcs_address", "node_id"] or \
+            "ray._private.services.get_node(" not in source_of(Node):
+        gaps.append("Node.__init__ calls services.get_node(gcs_address, node_id)")
+    if "get_all_node_info" not in inspect.getsource(services):  # Cython: no signature
+        gaps.append(f"{GcsClient.__name__}.get_all_node_info(timeout=, node_selectors=, "
+                    "state_filter=)")
+    return gaps

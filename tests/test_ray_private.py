@@ -243,15 +243,32 @@ def test_lean_head_applies_to_the_block_only() -> None:
     assert utils.get_dashboard_dependency_error is rays_check
 
 
-def test_the_dashboard_dependency_look_agrees_with_rays_import() -> None:
-    """The same answer as Ray's own check (which imports the packages), without importing."""
-    from ray._private.utils import get_dashboard_dependency_error
+def test_the_dashboard_dependency_look_agrees_with_rays_import(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same answer as Ray's own check (which imports the packages): at once where a
+    package is not installed, from Ray's import where all seem to be (a namespace package
+    such as opentelemetry may lack the part Ray imports)."""
+    import importlib.util
 
-    from hpo.driver.ray_start_private import dashboard_deps_missing
+    from ray._private import utils
 
-    ours, rays = dashboard_deps_missing(), get_dashboard_dependency_error()
+    from hpo.driver.ray_start_private import dashboard_deps_missing, lean_head
+
+    rays = utils.get_dashboard_dependency_error()
+    with lean_head():
+        ours = utils.get_dashboard_dependency_error()
     assert (ours is None) == (rays is None)
-    assert ours is None or ours.name == rays.name  # here: aiohttp_cors is not installed
+    missing = dashboard_deps_missing()
+    assert missing is None or missing.name == rays.name  # here: aiohttp_cors is not installed
+    asked: list[str] = []
+    monkeypatch.setattr(utils, "get_dashboard_dependency_error",
+                        lambda: asked.append("ray") or rays)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",  # every package found
+                        lambda name, *args: real_find_spec("json" if "." not in name else name))
+    with lean_head():
+        assert utils.get_dashboard_dependency_error() is rays
+    assert asked == ["ray"]
 
 
 class _Trial:

@@ -162,6 +162,8 @@ def serving(run_dir: Path) -> Iterator[ForkServer | None]:
     except OSError as error:  # seen once on CI: Popen's exec failed with EFAULT
         logging.getLogger(__name__).warning(
             "workers start as Ray starts them: the fork server did not start (%s)", error)
+        server = None
+    if server is None:  # outside the except: the block's own errors are not chained to it
         yield None
         return
     try:

@@ -279,8 +279,12 @@ def main(listener_fd: int, orders_fd: int) -> None:
         for name in RAY_MODULES:
             importlib.import_module(name)
         for name in WORKER_EXTRAS:
-            with contextlib.suppress(ImportError):  # the worker would not have it either
+            try:
                 importlib.import_module(name)
+            except ImportError:  # the worker would not have it either
+                pass
+            except Exception:  # the worker imports it itself, and meets the error there
+                traceback.print_exc()
     if not _fresh_ray_ids():
         print("hpo fork server: forks would share Ray's random IDs; not forking",
               file=sys.stderr, flush=True)

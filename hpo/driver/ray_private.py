@@ -53,7 +53,6 @@ RAY_VERSION = "2.60.0"  # the version these were read from
 ActorErrorHandler = Callable[[Any, BaseException, Callable[[Any, BaseException], None]], None]
 
 
-
 class Hook(NamedTuple):
     """A private method of a Ray class that an hpo subclass overrides."""
 

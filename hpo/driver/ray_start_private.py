@@ -12,8 +12,9 @@ Ray and fails loudly when one is gone or changed:
     nothing and leaves Node._webui_url None, as Ray's own path does when that process fails;
   - ray._private.utils.get_dashboard_dependency_error(), which Node.start_raylet calls to
     choose the dashboard agent's --minimal flag by importing ray.dashboard.optional_deps
-    (aiohttp, OpenTelemetry, Prometheus: 0.2-0.7 s before the raylet starts): replaced for
-    a block by a look for the same packages that imports none;
+    (aiohttp, OpenTelemetry, Prometheus: 0.2-0.7 s before the raylet starts): wrapped for a
+    block by a look for the top-level packages it imports, which answers at once where one
+    is not installed (its import would fail) and asks Ray's own import otherwise;
   - Node.start_raylet(self, ...), which records the raylet's process in
     Node.all_processes[PROCESS_TYPE_RAYLET]: wrapped for a block to hand its pid on (the fork
     server, hpo.driver.fork_server, then imports Ray while the node comes up), and
@@ -21,7 +22,8 @@ Ray and fails loudly when one is gone or changed:
   - ray._private.services.get_node(gcs_address, node_id), which Node.__init__ calls until
     the new raylet has registered: its C++ side (GlobalStateAccessor::GetNode) sleeps 1 s
     between looks, and the raylet registers 1-1.5 s after its start, so `ray.init` waited
-    about a second too long. Wrapped for a block: it first looks every 20 ms with a
+    about a second too long. Wrapped for a block: while the raylet runs, it first looks
+    every 20 ms (every 0.2 s after 2 s, for at most Ray's own 30 s) with a
     ray._raylet.GcsClient(address=).get_all_node_info(timeout=, node_selectors=,
     state_filter=), then asks Ray's own, which finds the node at its first look.
 Ray is imported only when one of these is called.
@@ -43,7 +45,9 @@ RAY_VERSION = "2.60.0"  # the version these were read from
 _LEAN = {"no_monitor": True, "include_log_monitor": False}
 _API_SERVER_PARAMS = ("self", "include_dashboard", "raise_on_failure")
 NODE_LOOK_S = 0.02
-NODE_WAIT_S = 60.0  # then Ray's own wait, with its own limit and error
+NODE_SLOW_LOOK_S = 0.2  # after NODE_FAST_S: a raylet that slow is starting on a busy node
+NODE_FAST_S = 2.0
+NODE_WAIT_S = 30.0  # Ray's own limit (raylet_start_wait_time_s); then Ray's look and error
 
 
 @contextlib.contextmanager
@@ -73,51 +77,62 @@ def lean_head(setup_worker: str | None = None,
             self._webui_url = None
         return start_api_server
 
+    raylets: list[Any] = []  # the process started in the block
+
     def told(original: Any) -> Any:
         def start_raylet(self: Any, *args: Any, **kwargs: Any) -> None:
             original(self, *args, **kwargs)
+            raylets.append(self.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process)
             if on_raylet:
-                on_raylet(self.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid)
+                on_raylet(raylets[-1].pid)
         return start_raylet
 
     def looked_for_first(original: Any) -> Any:
         def get_node(gcs_address: str, node_id: str) -> Any:
-            registered(gcs_address, node_id)
+            registered(gcs_address, node_id,
+                       still_starting=lambda: all(raylet.poll() is None for raylet in raylets))
             return original(gcs_address, node_id)
         return get_node
+
+    def looked_up_first(original: Any) -> Any:
+        return lambda: dashboard_deps_missing() or original()
 
     with replaced(RayParams, "__init__", lean), replaced(Node, "start_api_server", no_api_server), \
             replaced(Node, "start_raylet", told), \
             replaced(services, "get_node", looked_for_first), \
-            replaced(ray_utils, "get_dashboard_dependency_error", lambda _: dashboard_deps_missing):
+            replaced(ray_utils, "get_dashboard_dependency_error", looked_up_first):
         yield
 
 
-def registered(gcs_address: str, node_id: str, wait_s: float = NODE_WAIT_S) -> bool:
+def registered(gcs_address: str, node_id: str, wait_s: float = NODE_WAIT_S,
+               still_starting: Callable[[], bool] = lambda: True) -> bool:
     """Whether the node registered as alive with the GCS within wait_s, looked for every
-    NODE_LOOK_S (False also where the GCS cannot be asked: Ray's own look then decides)."""
+    NODE_LOOK_S, then every NODE_SLOW_LOOK_S, while still_starting() (False also where the
+    GCS cannot be asked, or the raylet ended: Ray's own look then decides and reports)."""
     from ray._raylet import GcsClient, NodeID
     from ray.core.generated.gcs_pb2 import GcsNodeInfo
     from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest
 
     selector = [GetAllNodeInfoRequest.NodeSelector(node_id=NodeID.from_hex(node_id).binary())]
-    deadline = time.monotonic() + wait_s
+    start = time.monotonic()
     try:
         gcs = GcsClient(address=gcs_address)
-        while time.monotonic() < deadline:
+        while time.monotonic() - start < wait_s and still_starting():
             if gcs.get_all_node_info(timeout=5, node_selectors=selector,
                                      state_filter=GcsNodeInfo.GcsNodeState.ALIVE):
                 return True
-            time.sleep(NODE_LOOK_S)
+            fast = time.monotonic() - start < NODE_FAST_S
+            time.sleep(NODE_LOOK_S if fast else NODE_SLOW_LOOK_S)
     except Exception:  # noqa: BLE001  Ray's own look reports what is wrong
         return False
     return False
 
 
 def dashboard_deps_missing() -> ImportError | None:
-    """What Ray's get_dashboard_dependency_error says (an ImportError when a package the full
-    dashboard agent needs is not installed), found without importing them: the top-level
-    packages ray.dashboard.optional_deps imports, looked up."""
+    """The ImportError Ray's get_dashboard_dependency_error would return where a top-level
+    package ray.dashboard.optional_deps imports is not installed, found without importing
+    any; None where all are (then only Ray's import can tell: a namespace package such as
+    opentelemetry may lack the part it imports)."""
     import ast
     import importlib.util
 

@@ -13,6 +13,7 @@ what the server saves.
 import contextlib
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -37,11 +38,16 @@ def forkable(args: list[str]) -> bool:
     # allocator's, the hash seed) are fixed in the server already (it has the raylet's
     # environment, as this process has): a runtime env may only repeat them.
     changed = {name for name, value in (context.get("env_vars") or {}).items()
-               if os.environ.get(name) != value}
+               if os.environ.get(name) != _expanded(value)}
     return (language == "PYTHON" and changed <= READ_LATE
             and not context.get("command_prefix")
             and not context.get("override_worker_entrypoint")
             and context.get("py_executable") in (None, sys.executable))
+
+
+def _expanded(value: str) -> str:
+    """A runtime-env value as setup_worker.py sets it (Ray's update_envs)."""
+    return re.sub(r"\$\{[A-Z0-9_]+\}", "", os.path.expandvars(value))
 
 
 def _value(args: list[str], flag: str) -> str | None:

@@ -252,34 +252,45 @@ def test_a_server_that_cannot_start_leaves_ray_to_start_the_workers(
 
 
 @pytest.mark.parametrize(("variables", "forkable"), [
-    ({"PL_DISABLE_FORK": "1"}, True),  # what Tune gives every trial actor
+    ({"PL_DISABLE_FORK": "1"}, False),  # what Tune gives every trial actor: not yet
     ({"HOME": os.environ.get("HOME", "")}, True),  # a value the server has already
     ({"HOME": "${HOME}"}, True),  # the same, once expanded as Ray expands it
     ({"HOME": "$HOME/x"}, False),
     ({"PL_DISABLE_FORK": "1", "MKL_NUM_THREADS": "3"}, False),
 ])
 def test_runtime_env_variables_read_late_or_repeated_still_fork(variables: dict[str, str],
-                                                                forkable: bool) -> None:
+                                                                forkable: bool,
+                                                                monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
     args = ["default_worker.py", "--language=PYTHON",
             f"--serialized-runtime-env-context={json.dumps({'env_vars': variables})}"]
     assert worker_stub.forkable(args) is forkable
+    monkeypatch.setattr(worker_stub, "READ_LATE", frozenset({"PL_DISABLE_FORK"}))
+    assert worker_stub.forkable(args) is (forkable or variables == {"PL_DISABLE_FORK": "1"})
 
 
-def test_tunes_own_runtime_env_is_let_through() -> None:
-    """Every variable Tune gives a trial actor is one the stub lets a fork set."""
-    from ray.tune.execution.class_cache import DEFAULT_ENV_VARS
-
-    assert set(DEFAULT_ENV_VARS) <= worker_stub.READ_LATE
-
-
-def test_a_runs_trials_run_in_forked_workers(tmp_path: Path) -> None:
-    """Through `hpo.run` and Tune's own actors (their runtime env included): forks, with
-    Tune's variable set in them as Ray sets it."""
+def test_a_runs_trials_run_in_workers_ray_starts_for_now(tmp_path: Path) -> None:
+    """Through `hpo.run`: Tune's trial actors carry a runtime env (PL_DISABLE_FORK), which
+    the stub does not let through yet (worker_stub.READ_LATE), so Ray starts them."""
     import hpo
 
     spec = {"name": "forks", "trainable": "tests/study_trainables.py:parent_process",
             "metric": "score", "mode": "max", "num_samples": 3,
             "search_space": {"x": {"uniform": [0.0, 1.0]}}, "storage": str(tmp_path)}
     frame = hpo.run(spec, num_cpus=2, keep_ray=False).dataframe
-    assert list(frame["forked"]) == [True, True, True]
+    assert list(frame["forked"]) == [False, False, False]
     assert list(frame["pl_disable_fork"]) == ["1", "1", "1"]
+
+
+def test_a_runtime_env_that_repeats_the_servers_values_is_forked_and_set(
+        tmp_path: Path) -> None:
+    """A variable whose value, expanded as Ray expands it, is the one the server has: the
+    worker is a fork, and the fork sets it as setup_worker.py would."""
+    home = os.environ.get("HOME", "/")
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
+        probe = Probe.options(runtime_env={"env_vars": {"HOME": "${HOME}"}}).remote()
+        parent = ray.get(probe.facts.remote())["parent"]
+        seen = ray.get(probe.__ray_call__.remote(lambda _self: os.environ.get("HOME")))
+        command = _parent_command(parent)
+    assert "hpo.driver.fork_server_process" in command
+    assert seen == home

@@ -79,7 +79,6 @@ class ForkServer:
 
     def __init__(self, run_dir: Path) -> None:
         self._path = run_dir / "fork.sock"
-        self._path.unlink(missing_ok=True)  # a server that failed to start before
         read_end, write_end = os.pipe()
         # Only the server holds the socket: when it ends (or fails), the stubs find it closed
         # and start their workers as Ray would.

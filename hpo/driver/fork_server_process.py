@@ -206,8 +206,7 @@ def _become_worker(request: dict[str, Any], fds: list[int]) -> NoReturn:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        sys.argv = _worker_argv(request["args"])
-        _runtime_env_variables(request["args"])
+        sys.argv = _as_setup_worker(request["args"])
         _fresh_state()
         code = 0
         import runpy
@@ -220,24 +219,18 @@ def _become_worker(request: dict[str, Any], fds: list[int]) -> NoReturn:
     _exit(code)
 
 
-def _runtime_env_variables(args: list[str]) -> None:
-    """Set the runtime env's variables as setup_worker.py sets them before its exec (only
-    those the stub lets through: hpo.driver.worker_stub.READ_LATE, or repeated values)."""
+def _as_setup_worker(args: list[str]) -> list[str]:
+    """Do what setup_worker.py does before its exec: parse its own arguments off with its own
+    parser and set the runtime env's variables (only those the stub lets through:
+    hpo.driver.worker_stub.READ_LATE, or repeated values); return what it would exec, the
+    interpreter flags dropped (this one has them)."""
     from ray._private.runtime_env.context import RuntimeEnvContext
     from ray._private.utils import update_envs
     from ray._private.workers.setup_worker import parser
 
-    known, _ = parser.parse_known_args(args)
-    context = RuntimeEnvContext.deserialize(known.serialized_runtime_env_context or "{}")
-    update_envs(context.env_vars)
-
-
-def _worker_argv(args: list[str]) -> list[str]:
-    """What setup_worker.py would exec: its own arguments parsed off by its own parser, the
-    interpreter flags dropped (this one has them)."""
-    from ray._private.workers.setup_worker import parser
-
-    _, rest = parser.parse_known_args(args)
+    known, rest = parser.parse_known_args(args)
+    update_envs(RuntimeEnvContext.deserialize(known.serialized_runtime_env_context or "{}")
+                .env_vars)
     while rest and rest[0] in ("-S", "-s"):
         rest.pop(0)
     for entry in reversed(os.environ.get("PYTHONPATH", "").split(os.pathsep)):

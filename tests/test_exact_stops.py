@@ -14,7 +14,9 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ROOT, trial_rows
@@ -22,7 +24,7 @@ from stop_points import SPEC, StopAt
 
 import hpo
 from hpo.driver.guards.history import cut_after, fill_upto
-from hpo.driver.guards.start_stop import start_stops, tune_takes_over
+from hpo.driver.guards.start_stop import StoppedAtStart, ray_starts, start_stops, tune_takes_over
 from hpo.driver.guards.stops import _NAMES, HeldStop, signals_restored, stopped_by
 from hpo.errors import RunError
 
@@ -240,6 +242,29 @@ def test_a_stop_waits_for_checkpoints_in_flight_then_reaches_tune() -> None:
         stop.on_step_end(3, [_Trial(True)])
         assert passed[-1] == signal.SIGTERM and stopped_by() == "SIGTERM"
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_stop_that_lands_where_python_only_prints_it_is_raised_at_the_next_check(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI once saw Ctrl+C land inside the import lock's weakref callback: Python printed
+    "Exception ignored in ... Traceback" and went on. The stop ends the start-up at the next
+    check (before Ray starts) with its one line, and nothing is printed."""
+    printed: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", printed.append)  # what Python would print
+
+    class Held:
+        pass
+
+    with signals_restored(), pytest.raises(StoppedAtStart, match="SIGINT"), start_stops():
+        held = Held()
+        ref = weakref.ref(held, lambda _: signal.raise_signal(signal.SIGINT))
+        del held  # the callback runs: the stop raises inside it, and Python swallows it
+        assert ref() is None
+        ray_starts()
+    assert printed == []
+    assert sys.unraisablehook == printed.append  # put back
+    _ = weakref.ref(Held(), lambda _: 1 / 0)  # other errors there are printed as before
+    assert [u.exc_type for u in printed] == [ZeroDivisionError]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -24,6 +24,16 @@ BACKENDS = ["horovod", "ddp"]
 _CALLS = [0]  # module state the trainable changes: a leak shows as 2 in a later trial
 
 
+class SlowToSend(RuntimeError):
+    """Reaches the trial well after errors its peers raise later."""
+
+    def __reduce__(self) -> Any:
+        if not self.__dict__.get("sent"):  # Ray may pickle it more than once: slow once
+            self.sent = True
+            time.sleep(3)
+        return super().__reduce__()
+
+
 def probe(config: dict[str, Any]) -> None:
     """Records what it finds on its rank (pid, RNG draws, state an earlier trial may have left),
     then leaves state behind on purpose and trains a seeded model for `epochs` reports."""
@@ -55,8 +65,11 @@ def _train(config: dict[str, Any]) -> None:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+        if config.get("late_fail_rank") == dist.rank():  # as a peer cut off by the failure
+            time.sleep(1.5)
+            raise ConnectionError("probe: Connection closed by peer")
         if config.get("fail_rank") == dist.rank():
-            raise RuntimeError("probe: this rank fails")
+            raise (SlowToSend if config.get("slow") else RuntimeError)("probe: this rank fails")
         hpo.report({"loss": dist.allreduce_mean(loss), "size": dist.size()})
 
 
@@ -153,13 +166,25 @@ def test_failed_trial_and_other_shape_get_new_ranks(tmp_path: Path, local_ray: A
     (tmp_path / "out").mkdir()
     first = _trial_here(tmp_path)
     assert _trial_here(tmp_path) == first  # reused
-    with pytest.raises(RankFailure, match="probe: this rank fails"):
+    with pytest.raises(RankFailure, match="rank 1 failed: RuntimeError: probe: this rank fails"):
         _trial_here(tmp_path, fail_rank=1)
     assert _gone(first)  # the failed trial's ranks were shut down, not parked
     second = _trial_here(tmp_path)
     assert not set(second) & set(first)
     one = _trial_here(tmp_path, workers=1)  # another shape: new ranks, the parked ones ended
     assert one[0] not in second and _gone(second)
+
+
+def test_the_rank_that_failed_first_is_blamed_not_the_peer_it_cut_off(
+        tmp_path: Path, local_ray: Any) -> None:
+    """CI once blamed rank 0's "Connection closed by peer" for rank 1's error: whichever
+    reaches the trial first. Here rank 0 raises 1.5 s after rank 1 but its error arrives ~1.5 s
+    before rank 1's: the trial still names rank 1 and its own error."""
+    from hpo.trial.ranks.trial import RankFailure
+
+    (tmp_path / "out").mkdir()
+    with pytest.raises(RankFailure, match="rank 1 failed: SlowToSend: probe: this rank fails"):
+        _trial_here(tmp_path, fail_rank=1, slow=True, late_fail_rank=0)
 
 
 def test_rank_count_comes_from_the_trial_resources(tmp_path: Path) -> None:

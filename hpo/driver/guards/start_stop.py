@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -47,10 +48,14 @@ class _StartStops:
         self.handed_over = False  # Tune's loop starts: a stop waits for HeldStop
         self.taken = False  # HeldStop took over: a signal here goes where it went before
         self.pending: int | None = None
+        self.unraisable_before: Any = None
 
     def arm(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return  # signals reach the main thread only
+        if self.unraisable_before is None:
+            self.unraisable_before = sys.unraisablehook
+            sys.unraisablehook = self._unraisable
         for signum in _SIGNALS:
             handler = signal.getsignal(signum)
             if handler != self._on_signal:
@@ -62,6 +67,15 @@ class _StartStops:
             if handler is not None:
                 signal.signal(signum, handler)
         self.before.clear()
+        if self.unraisable_before is not None:
+            sys.unraisablehook, self.unraisable_before = self.unraisable_before, None
+
+    def _unraisable(self, unraisable: Any) -> None:
+        # The stop landed in code whose exceptions Python only prints ("Exception ignored
+        # in": a weakref callback of the import lock, a __del__): it is noted in fired_by,
+        # and the next check() raises it, so nothing is printed.
+        if unraisable.exc_type is not _Interrupted:
+            self.unraisable_before(unraisable)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.taken:  # Tune put this handler back as its "original": a second Ctrl+C
@@ -119,6 +133,7 @@ def start_stops() -> Iterator[None]:
 def ray_starts() -> None:
     """From here on a signal is only noted, and acted on at the next check."""
     if _current is not None:
+        _current.check()  # a stop that landed where it was swallowed: before Ray starts
         _current.interrupting = False
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,13 +98,21 @@ def _run_trainable(func: Any, config: dict[str, Any], backend: dist.Backend, cha
         return False
     except TrialStopped:
         return True
-    except Exception:
+    except Exception as exc:
+        _mark_failed_at(exc)  # before dist.shutdown: the peers' errors come after this one
         # Rank 0 leaving a stopped trial fails the others' next collective: no failure.
         if ray.get(channel.stopped.remote()):
             return True
         raise
     finally:
         dist.shutdown()
+
+
+def _mark_failed_at(exc: Exception) -> None:
+    """When this rank's error was raised, carried with it to the trial (an exception pickles
+    its attributes), which blames the rank that failed first."""
+    with contextlib.suppress(AttributeError, TypeError):  # an exception without a __dict__
+        exc.hpo_failed_at = time.time()  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager

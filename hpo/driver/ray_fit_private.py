@@ -8,7 +8,8 @@ Ray and fails loudly when one is gone or changed:
     (cached_actors_to_waiting_trials) with what it reads: the controller's ._trial_to_actor,
     ._resetting_trials, ._actor_cache.has_cached_object(key), ._resources_to_pending_trials
     (a placement group factory -> its pending trials), ._staged_trials and
-    ._actor_manager.is_actor_started(tracked_actor), and Trial.has_reported_at_least_once;
+    ._actor_manager.is_actor_started(tracked_actor), and ._schedule_trial_pause (below) to
+    note the trials paused;
   - ray.air._internal.usage.tag_callbacks(callbacks), which Tune's run calls to count the
     callbacks for Ray's usage telemetry, replaced for a block (no_callback_census);
   - RayActorManager._try_start_actors(self, max_actors=None), which creates the Ray actor of
@@ -29,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -121,19 +123,31 @@ def _queues_cut_to(queues: dict[Any, list[Any]], room: int) -> Iterator[None]:
 @contextlib.contextmanager
 def cached_actors_to_waiting_trials() -> Iterator[None]:
     """While the block runs, an actor Tune keeps for reuse (reuse_actors) goes to a pending
-    trial still waiting for its resources, never to a new one whose own actor is already up
-    or coming up; restored after.
+    trial still waiting for its resources, never to one whose own actor is already up or
+    coming up, unless the trial was paused in this run; restored after.
 
     Tune gave it to the trial it chose, stopping that trial's starting actor. The resources
     so freed started an actor for the next trial, which the next kept actor took over in turn:
     where a worker takes longer to start than a trial to run (short trials, or a busy node),
     Tune went on starting processes and stopping them before their first trial (issue 36: 68
-    worker processes for 32 slots, most of the CPU of a run of 2 s trials)."""
+    worker processes for 32 slots, most of the CPU of a run of 2 s trials).
+
+    A paused trial resuming (as after PBT's exploit) takes the kept actor as in Tune: it
+    resets to the trial's config instead of a new setup, which PBT's reuse is for (with
+    forked workers under load, no exploit reused one otherwise)."""
     from ray.tune.execution.tune_controller import TuneController
+
+    paused: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def noting(original: Any) -> Any:
+        def pause(self: Any, trial: Any, should_checkpoint: bool = True) -> None:
+            paused.add(trial)
+            original(self, trial, should_checkpoint)
+        return pause
 
     def to_waiting(original: Any) -> Any:
         def reuse(self: Any, trial: Any) -> bool:
-            if not _own_actor_up(self, trial):
+            if trial in paused or not _own_actor_up(self, trial):
                 return bool(original(self, trial))
             # every pending trial of its shape (the pending list drops those whose actor
             # was requested); the oldest first, as Tune's FIFO would take them
@@ -145,7 +159,8 @@ def cached_actors_to_waiting_trials() -> Iterator[None]:
             return False
         return reuse
 
-    with replaced(TuneController, "_maybe_reuse_cached_actor", to_waiting):
+    with replaced(TuneController, "_maybe_reuse_cached_actor", to_waiting), \
+            replaced(TuneController, "_schedule_trial_pause", noting):
         yield
 
 
@@ -188,13 +203,9 @@ def no_stop_left_by_a_pause() -> Iterator[None]:
 
 
 def _own_actor_up(controller: Any, trial: Any) -> bool:
-    """Whether a kept actor could serve this new trial and its own actor is started or
-    starting. A trial that ran before (a paused one resuming, as after PBT's exploit) takes
-    the kept actor as in Tune: it resets to the trial's config instead of a new setup, which
-    PBT's reuse is for (with forked workers under load, no exploit reused one otherwise)."""
+    """Whether a kept actor could serve this trial and its own actor is started or starting."""
     own = controller._trial_to_actor.get(trial)
-    return (not trial.has_reported_at_least_once
-            and own is not None and trial not in controller._resetting_trials
+    return (own is not None and trial not in controller._resetting_trials
             and controller._actor_cache.has_cached_object(trial.placement_group_factory)
             and controller._actor_manager.is_actor_started(own))
 
@@ -212,15 +223,12 @@ def missing() -> list[str]:
     from ray.air._internal import usage
     from ray.air.execution._internal.actor_manager import RayActorManager
     from ray.tune.execution.tune_controller import TuneController, _ObjectCache
-    from ray.tune.experiment.trial import Trial
 
     gaps = [f"TuneController.{name}" for name in ("_trial_to_actor", "_resetting_trials",
                                                    "_actor_cache", "_actor_manager",
                                                    "_resources_to_pending_trials",
                                                    "_staged_trials", "_cached_trial_decisions")
             if not sets_or_defines(TuneController, name)]
-    if not isinstance(getattr(Trial, "has_reported_at_least_once", None), property):
-        gaps.append("Trial.has_reported_at_least_once")
     if list(inspect.signature(usage.tag_callbacks).parameters) != ["callbacks"]:
         gaps.append("ray.air._internal.usage.tag_callbacks(callbacks)")
     if method_params(TuneController, "_maybe_reuse_cached_actor") != ["self", "trial"]:

@@ -40,6 +40,7 @@ class ReportChannel:
         self._stopped = False
         self._acked = 0  # reports of this trial handed to Tune
         self._decided = asyncio.Condition()
+        self._failed: list[int] = []  # ranks whose trainable raised, in the order they did
 
     async def put(self, report: Report) -> bool:
         """Called by rank 0; returns once the trial has handed the report to Tune: True to go
@@ -86,8 +87,18 @@ class ReportChannel:
     async def stopped(self) -> bool:
         return self._stopped
 
+    async def failed(self, rank: int) -> bool:
+        """A rank's trainable raised; called before the rank leaves its group, whose end fails
+        the peers' collectives, so the first rank noted is the one that began the failure.
+        Returns whether the trial was stopped (its rank 0 left: no failure then)."""
+        self._failed.append(rank)
+        return self._stopped
+
+    async def first_failed(self) -> int | None:
+        return self._failed[0] if self._failed else None
+
     async def reset(self) -> None:
         """Open for a new trial; a take still waiting from the last one gets None."""
         self._reports.put_nowait(None)
         self._reports = asyncio.Queue()
-        self._taken, self._stopped, self._acked = None, False, 0
+        self._taken, self._stopped, self._acked, self._failed = None, False, 0, []

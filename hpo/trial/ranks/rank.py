@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,13 +78,15 @@ def run_rank(func: Any, config: dict[str, Any], backend: dist.Backend, channel: 
     rank = os.environ["HOROVOD_RANK" if backend == "horovod" else "RANK"]
     with output_to(Path(trial_folder, f"rank-{rank}.log") if trial_folder else None), \
             fresh.trial_state():
-        stopped = _run_trainable(func, config, backend, channel, checkpoint, checkpoint_every)
+        stopped = _run_trainable(func, config, backend, channel, checkpoint, checkpoint_every,
+                                 int(rank))
     return RankEnd(os.getpid(), stopped, dist.backend() == "none", fresh.held_cuda_bytes(),
                    fresh.idle_cuda_bytes() + dist.ddp_bucket_bytes())
 
 
 def _run_trainable(func: Any, config: dict[str, Any], backend: dist.Backend, channel: Any,
-                   checkpoint: Files | ray.ObjectRef | None, checkpoint_every: int) -> bool:
+                   checkpoint: Files | ray.ObjectRef | None, checkpoint_every: int,
+                   rank: int) -> bool:
     """Run the trainable once on this rank; True when Tune stopped the trial first."""
     dist.init(backend)
     try:
@@ -98,21 +99,14 @@ def _run_trainable(func: Any, config: dict[str, Any], backend: dist.Backend, cha
         return False
     except TrialStopped:
         return True
-    except Exception as exc:
-        _mark_failed_at(exc)  # before dist.shutdown: the peers' errors come after this one
+    except Exception:
+        # Noted before dist.shutdown, whose end of the group fails the peers' collectives.
         # Rank 0 leaving a stopped trial fails the others' next collective: no failure.
-        if ray.get(channel.stopped.remote()):
+        if ray.get(channel.failed.remote(rank)):
             return True
         raise
     finally:
         dist.shutdown()
-
-
-def _mark_failed_at(exc: Exception) -> None:
-    """When this rank's error was raised, carried with it to the trial (an exception pickles
-    its attributes), which blames the rank that failed first."""
-    with contextlib.suppress(AttributeError, TypeError):  # an exception without a __dict__
-        exc.hpo_failed_at = time.time()  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager

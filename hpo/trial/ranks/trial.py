@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.exceptions import RayTaskError
 
 from hpo.spec.model import Distributed
 from hpo.trial import cost
@@ -116,30 +117,31 @@ def _relay(channel: Any, ranks: list[ray.ObjectRef], timeout_s: float,
         try:
             ends[ready[0]] = ray.get(ready[0])
         except Exception as exc:
-            rank, cause = _first_failure(ranks, {ranks.index(ready[0]): exc})
+            rank, cause = _first_failure(ranks, {ranks.index(ready[0]): exc}, channel)
             raise RankFailure(f"rank {rank} failed: {_cause(cause)}") from cause
     return [ends[ref] for ref in ranks]
 
 
-def _first_failure(ranks: list[ray.ObjectRef], failed: dict[int, Exception]
+def _first_failure(ranks: list[ray.ObjectRef], failed: dict[int, Exception], channel: Any
                    ) -> tuple[int, Exception]:
     """The rank whose own error began the trial's failure. One rank's error fails its peers'
     next collective ("Connection closed by peer"), and either may reach the relay first, so
-    the peers get PEER_GRACE_S to end too. A rank that died (no time on its error) is blamed
-    first, then the one whose error was raised first."""
+    the peers get PEER_GRACE_S to end too. A rank whose process died is blamed first (it
+    noted nothing), then the first rank the channel noted (each notes its error before it
+    leaves the group), then the first to reach the relay."""
     done, _ = ray.wait(ranks, num_returns=len(ranks), timeout=PEER_GRACE_S)
     for ref in done:
         try:
             ray.get(ref)
         except Exception as exc:
             failed.setdefault(ranks.index(ref), exc)
-    rank = min(failed, key=lambda index: (_failed_at(failed[index]), index))
+    died = [rank for rank, exc in failed.items() if not isinstance(exc, RayTaskError)]
+    try:
+        noted = ray.get(channel.first_failed.remote())
+    except ray.exceptions.RayError:  # the channel's process is gone too
+        noted = None
+    rank = min(died) if died else noted if noted in failed else next(iter(failed))
     return rank, failed[rank]
-
-
-def _failed_at(exc: Exception) -> float:
-    """When the rank raised it (hpo.trial.ranks.rank); 0 for a rank that died."""
-    return getattr(getattr(exc, "cause", None) or exc, "hpo_failed_at", 0.0)
 
 
 def _report(metrics: dict[str, Any], files: Files | None) -> None:

@@ -67,15 +67,16 @@ class _StartStops:
             if handler is not None:
                 signal.signal(signum, handler)
         self.before.clear()
-        if self.unraisable_before is not None:
-            sys.unraisablehook, self.unraisable_before = self.unraisable_before, None
+        if sys.unraisablehook == self._unraisable:  # not if another hook replaced it since
+            sys.unraisablehook = self.unraisable_before
+        self.unraisable_before = None
 
     def _unraisable(self, unraisable: Any) -> None:
         # The stop landed in code whose exceptions Python only prints ("Exception ignored
         # in": a weakref callback of the import lock, a __del__): it is noted in fired_by,
         # and the next check() raises it, so nothing is printed.
         if unraisable.exc_type is not _Interrupted:
-            self.unraisable_before(unraisable)
+            (self.unraisable_before or sys.__unraisablehook__)(unraisable)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.taken:  # Tune put this handler back as its "original": a second Ctrl+C

@@ -321,3 +321,21 @@ def test_a_registered_node_is_found_at_once_and_an_unknown_one_not(tmp_path: Pat
         gcs = ray._private.worker.global_worker.node.gcs_address
         assert registered(gcs, ray.get_runtime_context().get_node_id(), wait_s=5)
         assert not registered(gcs, NodeID.from_random().hex(), wait_s=0.2)
+
+
+def test_a_run_named_as_one_staged_this_second_waits_for_the_next(tmp_path: Path) -> None:
+    """Tune stages a run's files under the second it started: a run of the same name in the
+    same second on a kept Ray took the last one's trial folders along (the full suite once
+    found two trials of an earlier test in a test's experiment)."""
+    from ray.train.constants import _get_ray_train_session_dir
+    from ray.tune.utils import date_str
+
+    from hpo.driver.ray_fit_private import staged_apart
+    from hpo.driver.ray_session import embedded_ray
+
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
+        second = date_str()
+        Path(_get_ray_train_session_dir(), second, "b").mkdir(parents=True)
+        staged_apart("b")
+        assert date_str() != second
+        staged_apart("other")  # no folder of its own this second: no wait, no error

@@ -21,7 +21,10 @@ Ray and fails loudly when one is gone or changed:
     block (staggered_actor_starts);
   - TuneController._schedule_trial_pause(self, trial, should_checkpoint), wrapped for a
     block to drop what it leaves in ._cached_trial_decisions (a trial id -> the decision
-    to take once its save resolves) (no_stop_left_by_a_pause).
+    to take once its save resolves) (no_stop_left_by_a_pause);
+  - ray.train.constants._get_ray_train_session_dir(), where StorageContext stages a run's
+    files in ._get_session_path(): <that>/<._timestamp, date_str() to the second>/<name>
+    (staged_apart).
 Ray is imported only when one of these is called.
 """
 
@@ -30,8 +33,10 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import time
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from hpo.cluster.slurm_env import usable_cpus
@@ -202,6 +207,23 @@ def no_stop_left_by_a_pause() -> Iterator[None]:
         yield
 
 
+def staged_apart(name: str, timeout_s: float = 2.0) -> None:
+    """Return once a run named `name` starting now gets a staging folder of its own.
+
+    Tune stages a run's files on the driver in <Ray session>/artifacts/<the time, to the
+    second>/<name>/ and copies that folder to storage: a run of the same name in the same
+    second on the same Ray (a kept Ray, runs of a second) took the last run's trial folders
+    into its own experiment (seen in the full suite). While this second's folder exists,
+    this waits for the next second."""
+    from ray.train.constants import _get_ray_train_session_dir
+    from ray.tune.utils import date_str
+
+    deadline = time.monotonic() + timeout_s
+    while Path(_get_ray_train_session_dir(), date_str(), name).exists() \
+            and time.monotonic() < deadline:
+        time.sleep(0.02)  # for the clock's next second: at most one
+
+
 def _own_actor_up(controller: Any, trial: Any) -> bool:
     """Whether a kept actor could serve this trial and its own actor is started or starting."""
     own = controller._trial_to_actor.get(trial)
@@ -242,8 +264,24 @@ def missing() -> list[str]:
         gaps.append("RayActorManager.is_actor_started(self, tracked_actor)")
     if method_params(RayActorManager, "_try_start_actors") != ["self", "max_actors"]:
         gaps.append("RayActorManager._try_start_actors(self, max_actors)")
+    gaps += _staging_gaps()
     gaps += [f"RayActorManager.{name}" for name in ("_resource_request_to_pending_actors",
                                                       "_live_actors_to_ray_actors_resources",
                                                       "_tracked_actors_to_state_futures")
              if not sets_or_defines(RayActorManager, name)]
+    return gaps
+
+
+def _staging_gaps() -> list[str]:
+    from ray.train import constants
+    from ray.train._internal.storage import StorageContext
+
+    gaps = []
+    if not callable(getattr(constants, "_get_ray_train_session_dir", None)):
+        gaps.append("ray.train.constants._get_ray_train_session_dir")
+    if "_get_ray_train_session_dir(), self._timestamp, self.experiment_dir_name" not in \
+            " ".join(inspect.getsource(StorageContext._get_session_path).split()):
+        gaps.append("StorageContext._get_session_path(session dir, _timestamp, name)")
+    if "self._timestamp = date_str()" not in inspect.getsource(StorageContext.__init__):
+        gaps.append("StorageContext.__init__(_timestamp = date_str())")
     return gaps

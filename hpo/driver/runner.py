@@ -157,7 +157,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
                     tuner = translate.tuner(spec, tune_trainable, exp_dir,
                                             [*mirror, *(callbacks or [])], evaluated)
                     tune_takes_over()
-                    _fit(tuner, spec)
+                    _fit(tuner, spec, exp_dir.name)
     except StoppedAtStart:
         if made_here:  # nothing ran: leave no folder behind that `hpo run` would refuse
             shutil.rmtree(exp_dir, ignore_errors=True)
@@ -220,7 +220,7 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
         tuner = tune.Tuner.restore(str(exp_dir), trainable=tune_trainable,
                                    resume_unfinished=True, resume_errored=True)
         tune_takes_over()
-        _fit(tuner, spec)
+        _fit(tuner, spec, exp_dir.name)
     return _outcome(exp_dir, spec)
 
 
@@ -257,7 +257,7 @@ def _saved_spec(exp_dir: Path, source: str, trainable: Any) -> Spec:
     return spec_from_dict(data, source)
 
 
-def _fit(tuner: Any, spec: Spec) -> None:
+def _fit(tuner: Any, spec: Spec, name: str) -> None:
     from ray.tune import TuneError
 
     from hpo.driver.guards.node_loss import node_losses_forgiven
@@ -268,6 +268,7 @@ def _fit(tuner: Any, spec: Spec) -> None:
         with signals_restored(), node_losses_forgiven(), deleted_after_snapshot(), \
                 translate.result_batches(spec), \
                 ray_fit_private.faster_fit(ray_fit_private.start_cap()):
+            ray_fit_private.staged_apart(name)
             tuner.fit()
     except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
         if "did not include the specified metric" not in str(exc):

@@ -29,7 +29,7 @@ metric: score
 mode: max
 num_samples: 4
 search_space: {{x: {{uniform: [0.0, 1.0]}}}}
-constants: {{steps: 5, sleep: 0.5}}
+constants: {{steps: 40, sleep: 0.5}}  # 40 s or more: still running at the last stop (9 s)
 checkpoint: {{frequency: 1, keep: 1}}
 storage: {tmp_path / "results"}
 """)

@@ -84,9 +84,6 @@ class ReportChannel:
             if item is not None:
                 item[1].set()
 
-    async def stopped(self) -> bool:
-        return self._stopped
-
     async def failed(self, rank: int) -> bool:
         """A rank's trainable raised; called before the rank leaves its group, whose end fails
         the peers' collectives, so the first rank noted is the one that began the failure.

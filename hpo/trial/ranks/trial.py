@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import RayTaskError
+from ray.exceptions import RayError, RayTaskError
 
 from hpo.spec.model import Distributed
 from hpo.trial import cost
@@ -138,7 +138,7 @@ def _first_failure(ranks: list[ray.ObjectRef], failed: dict[int, Exception], cha
     died = [rank for rank, exc in failed.items() if not isinstance(exc, RayTaskError)]
     try:
         noted = ray.get(channel.first_failed.remote())
-    except ray.exceptions.RayError:  # the channel's process is gone too
+    except RayError:  # the channel's process is gone too
         noted = None
     rank = min(died) if died else noted if noted in failed else next(iter(failed))
     return rank, failed[rank]

@@ -6,12 +6,14 @@ lists, never as sets."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import trial_rows
+from ray.tune import Callback
 from ray.tune.execution.tune_controller import TuneController
 
 import hpo
@@ -27,6 +29,32 @@ def fast(config: dict[str, Any]) -> None:
     """Reports without a pause: score = x * iteration."""
     for step in range(1, int(config["reports"]) + 1):
         hpo.report({"score": config["x"] * step})
+
+
+def paced(config: dict[str, Any]) -> None:
+    """Reports every 0.3 s (each row ends its batch by time, BATCH_S = 0.2); after each report
+    returns, touches `<marks>/<trial>-<step>`."""
+    for step in range(1, int(config["reports"]) + 1):
+        time.sleep(0.3)
+        hpo.report({"score": config["x"] * step})
+        Path(config["marks"], f"{config['x']}-{step}").touch()
+
+
+class HoldsRow(Callback):
+    """Holds the driver on each trial's first row until the trial's first report has returned
+    (at most 30 s); notes whether it had."""
+
+    def __init__(self, marks: Path) -> None:
+        self.marks, self.returned_while_held = marks, []
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,
+                        **info: Any) -> None:
+        if result["training_iteration"] == 1:
+            mark = self.marks / f"{trial.config['x']}-1"
+            deadline = time.monotonic() + 30
+            while not mark.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.returned_while_held.append(mark.exists())
 
 
 def fails(config: dict[str, Any]) -> None:
@@ -157,6 +185,36 @@ def test_a_stop_inside_a_batch_drops_the_rows_after_it(tmp_path: Path) -> None:
     spec = _spec(stop={"score": 150})
     hpo.run(spec, trainable=fast, storage=str(tmp_path), keep_ray=True)
     assert sorted(_iterations(tmp_path / "b")) == [list(range(1, 76)), list(range(1, 151))]
+
+
+@pytest.mark.slow
+def test_a_report_that_ends_a_batch_by_time_returns_before_the_driver_has_taken_it(
+        tmp_path: Path) -> None:
+    """The trial trains on while the driver takes a batch that no decision waits on: its first
+    report returns while the driver still holds that row (without it, never)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    held = HoldsRow(marks)
+    spec = _spec(constants={"reports": 4, "marks": str(marks)})
+    hpo.run(spec, trainable=paced, storage=str(tmp_path), keep_ray=True, callbacks=[held])
+    assert held.returned_while_held == [True, True]
+    assert _iterations(tmp_path / "b") == [[1, 2, 3, 4]] * 2
+
+
+@pytest.mark.slow
+def test_a_stop_while_the_trial_trains_on_keeps_the_history_at_the_stop(
+        tmp_path: Path) -> None:
+    """A metric's STOP lands on a row after which the trial already trains on: the row it
+    reports next never reaches disk, and the next trial still gets its actor."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = _spec(stop={"score": 3}, max_concurrent=1,
+                 constants={"reports": 6, "marks": str(marks)})
+    result = hpo.run(spec, trainable=paced, storage=str(tmp_path), keep_ray=True)
+    assert sorted(_iterations(tmp_path / "b")) == [[1, 2], [1, 2, 3]]
+    assert result.errors == 0
+    pids = {row["pid"] for rows in trial_rows(tmp_path / "b").values() for row in rows}
+    assert len(pids) == 1  # reused: the stopped trial's thread ended within Tune's reset
 
 
 @pytest.mark.slow

@@ -13,6 +13,10 @@ swapped (tune_controller.py `_schedule_trial_train`), so every batch held one ro
     decision points (`ends`: ASHA's rungs, the stop's training_iteration). A decision on
     any other row is only a STOP by a metric-based criterion, and the rows the trial reported
     past it are dropped: the history on disk ends at the STOP, as without batching.
+A batch that ends by time or size lets the trial train on at once, as the rows inside a batch
+do: its next report no longer waits for the driver's round trip (Tune, and so hpo before,
+held the training thread at every report until the driver asked for the next row). Only a
+batch-ending row holds it until the driver has decided on it.
 
 Only where every decision is STOP or CONTINUE (FIFO, ASHA) does hpo turn the batches on
 (hpo.driver.translate.result_batches): a PAUSE in the middle of a batch would let Tune go on
@@ -24,6 +28,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from typing import Any
+
+from hpo.trial import ray_private
 
 BATCH_S = 0.2
 MAX_ROWS = 1000
@@ -53,8 +59,10 @@ class BatchedResults:
                 self._failed = exc
                 return rows
             rows.append(row)
-            if (ends_batch(row, self.batch_ends) or len(rows) >= MAX_ROWS
-                    or time.monotonic() >= deadline):
+            if ends_batch(row, self.batch_ends):
+                return rows
+            if len(rows) >= MAX_ROWS or time.monotonic() >= deadline:
+                ray_private.train_on()
                 return rows
 
 

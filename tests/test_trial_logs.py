@@ -147,6 +147,29 @@ def test_tensorboard_writes_at_once_and_flushes_on_a_timer_and_at_close(
     assert _purge_marks(tmp_path) == [3]
 
 
+def test_tensorboard_writes_a_results_scalars_as_one_event(tmp_path: Path) -> None:
+    """Each flush (Ray's, after each result) writes that result's plain numbers as one event
+    with a value each, tags cleaned as tensorboardX cleans them; anything else is
+    tensorboardX's own event."""
+    import numpy as np
+
+    from hpo.driver.plugins import tb_events
+
+    writer = tb_events.TimedSummaryWriter(str(tmp_path), filename_suffix=".x")
+    for step in (1, 2):
+        writer.add_scalar("ray/tune/score", step * 1.5, global_step=step)
+        writer.add_scalar("ray/tune/an int", np.int64(step), global_step=step)
+        writer.add_scalar("ray/tune/loss", 0.25, global_step=step, display_name="loss")
+        writer.flush()
+    writer.close()
+    events = [(event.step, [(v.tag, v.simple_value) for v in event.summary.value])
+              for event in tensorboard_events(tmp_path) if event.summary.value]
+    assert events == [
+        (1, [("ray/tune/loss", 0.25)]), (1, [("ray/tune/score", 1.5), ("ray/tune/an_int", 1.0)]),
+        (2, [("ray/tune/loss", 0.25)]), (2, [("ray/tune/score", 3.0), ("ray/tune/an_int", 2.0)]),
+    ]
+
+
 def _purge_marks(folder: Path) -> list[int]:
     """The steps of the SessionLog.START events (TensorBoard drops the steps after one)."""
     from tensorboardX.proto.event_pb2 import SessionLog

@@ -203,3 +203,22 @@ def test_tensorboard_checksums_its_events_in_c() -> None:
     from tensorboardX import crc32c
 
     assert crc32c.crc32c is not crc32c._crc32c
+
+
+def test_result_json_rows_are_rays_own_lines(tmp_path: Path) -> None:
+    """hpo encodes a row in one call: the line is the one Ray's logger writes (NumPy numbers
+    and arrays, NaN, infinity, nested config, an object Ray writes as its str)."""
+    import numpy as np
+
+    result = {"score": np.float64(0.5), "n": np.int64(3), "ok": np.bool_(True),
+              "arr": np.arange(3), "nan": float("nan"), "inf": float("inf"),
+              "config": {"lr": 1e-3, "layers": [1, 2], "path": Path("/x")},
+              "training_iteration": 1, "text": "é"}
+    lines = []
+    for logger in (JsonLogger(), JsonLoggerCallback()):
+        trial, local, _ = _restarted_trial(tmp_path / type(logger).__name__)
+        logger.log_trial_result(1, trial, result)
+        logger.log_trial_end(trial)
+        lines.append((local / "result.json").read_text().splitlines()[-1])
+    assert lines[0] == lines[1]
+    assert '"path": "/x"' in lines[0] and '"arr": [0, 1, 2]' in lines[0]

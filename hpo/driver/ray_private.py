@@ -31,9 +31,11 @@ Ray and fails loudly when one is gone or changed:
     must still be set or defined by Ray's class):
       MLflowLoggerCallback._trial_runs (trial -> MLflow run id; tracking reopens a resumed
       trial's run), CSVLoggerCallback._trial_files and ._setup_trial (trial_logs opens a
-      trial's CSV once), TBXLoggerCallback._summary_writer_cls (trial_logs purges the steps
-      a restart repeats), OptunaSearch._ot_study and ._space (warm_start adds earlier trials),
-      AsyncHyperBandScheduler._max_t (RASDA's last milestone).
+      trial's CSV once), JsonLoggerCallback._trial_files (trial -> its open result.json;
+      trial_logs writes each row in one call), TBXLoggerCallback._summary_writer_cls
+      (trial_logs purges the steps a restart repeats), OptunaSearch._ot_study and ._space
+      (warm_start adds earlier trials), AsyncHyperBandScheduler._max_t (RASDA's last
+      milestone).
 Ray is imported only when one of these is called.
 """
 
@@ -72,6 +74,7 @@ INHERITED_STATE = (  # (where Ray defines it: module.Class, the attribute)
     ("ray.air.integrations.mlflow.MLflowLoggerCallback", "_trial_runs"),
     ("ray.tune.logger.csv.CSVLoggerCallback", "_trial_files"),
     ("ray.tune.logger.csv.CSVLoggerCallback", "_setup_trial"),
+    ("ray.tune.logger.json.JsonLoggerCallback", "_trial_files"),
     ("ray.tune.logger.tensorboardx.TBXLoggerCallback", "_summary_writer_cls"),
     ("ray.tune.search.optuna.optuna_search.OptunaSearch", "_ot_study"),
     ("ray.tune.search.optuna.optuna_search.OptunaSearch", "_space"),

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from typing import Any
 
 from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+from ray.tune.utils.util import SafeFallbackEncoder  # as Ray's JSON logger
 
 from hpo.driver.guards import history, storage_faults
 
@@ -67,7 +69,19 @@ class _KeepsDriverCopy(_NotesStorageFaults):
         history.cut_trial_file(Path(trial.local_path, file_name), trial)
 
 
-class JsonLogger(_KeepsDriverCopy, JsonLoggerCallback):
+class _RowInOneCall:
+    """Ray's result.json row, encoded by json.dumps (in C) instead of json.dump (in Python,
+    piece by piece: a fifth of the driver's time per result, issue 36): the same line."""
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+        if trial not in self._trial_files:  # type: ignore[attr-defined]
+            self.log_trial_start(trial)  # type: ignore[attr-defined]
+        file = self._trial_files[trial]  # type: ignore[attr-defined]
+        file.write(json.dumps(result, cls=SafeFallbackEncoder) + "\n")
+        file.flush()
+
+
+class JsonLogger(_KeepsDriverCopy, _RowInOneCall, JsonLoggerCallback):
     """Ray's result.json logger that never overwrites the driver's newer copy."""
 
 

@@ -41,16 +41,17 @@ def _csv_iterations(exp_dir: Path) -> dict[str, list[int]]:
     return found
 
 
-def assert_exact(exp_dir: Path, trials: int = SPEC["num_samples"]) -> None:
+def assert_exact(exp_dir: Path, trials: int = SPEC["num_samples"], exact: list[int] = EXACT
+                 ) -> None:
     """result.json, progress.csv and hpo.load's curves hold each trial's steps 1..N once."""
     rows = {name: [r["training_iteration"] for r in found]
             for name, found in trial_rows(exp_dir).items()}
     assert len(rows) == trials
-    assert all(steps == EXACT for steps in rows.values()), rows
+    assert all(steps == exact for steps in rows.values()), rows
     assert _csv_iterations(exp_dir) == rows
     curves = hpo.load(exp_dir).curves
     for trial_id, steps in curves.groupby("trial_id")["training_iteration"]:
-        assert list(steps) == EXACT, (trial_id, list(steps))
+        assert list(steps) == exact, (trial_id, list(steps))
 
 
 @pytest.mark.slow
@@ -89,20 +90,23 @@ def test_stop_between_row_and_checkpoint_then_resume_is_exact(
 
 @pytest.mark.slow
 def test_rows_after_the_last_checkpoint_are_cut_on_resume(tmp_path: Path) -> None:
-    """checkpoint.frequency 5: a stop at step 8 resumes from step 5; steps 6-8 (and any the
-    trial sent in the same batch of results after 8, hpo.trial.batched) are reported again,
-    and the history keeps them once."""
+    """checkpoint.frequency 15: a stop at step 18 resumes from step 15; steps 16-18 (and any the
+    trial sent in the same batch of results after 18, hpo.trial.batched) are reported again,
+    and the history keeps them once. A batch ends by time (BATCH_S, 10 steps of 0.1 s) before
+    the checkpoint at 30, so rows past 15 are on disk when the stop lands; 40 steps, so the
+    trial is still running then."""
     marker = tmp_path / "fired"
-    spec = {**SPEC, "name": "f", "num_samples": 1, "checkpoint": {"frequency": 5, "keep": 1}}
+    spec = {**SPEC, "name": "f", "num_samples": 1, "checkpoint": {"frequency": 15, "keep": 1},
+            "constants": {**SPEC["constants"], "steps": 40}}
     with pytest.raises(RunError, match="stopped by SIGUSR1"):
         hpo.run(spec, storage=str(tmp_path), keep_ray=True,
-                callbacks=[StopAt(signal.SIGUSR1, 0, 8, str(marker))])
+                callbacks=[StopAt(signal.SIGUSR1, 0, 18, str(marker))])
     before = [r["training_iteration"] for r in next(iter(trial_rows(tmp_path / "f").values()))]
-    assert before == list(range(1, len(before) + 1)) and len(before) >= 8
+    assert before == list(range(1, len(before) + 1)) and 18 <= len(before) < 30
     hpo.resume(tmp_path / "f", keep_ray=True)
-    assert_exact(tmp_path / "f", trials=1)
-    cut = len(before) - 5
-    assert f"restarts from its checkpoint at iteration 5: {cut} row(s) of result.json" in (
+    assert_exact(tmp_path / "f", trials=1, exact=list(range(1, 41)))
+    cut = len(before) - 15
+    assert f"restarts from its checkpoint at iteration 15: {cut} row(s) of result.json" in (
         tmp_path / "f" / "hpo.log").read_text()
 
 

@@ -20,7 +20,7 @@ import hpo
 from hpo.driver.translate import result_batch_ends
 from hpo.spec.model import Spec
 from hpo.spec.schedulers import Asha
-from hpo.trial.batched import BatchedResults, ends_batch
+from hpo.trial.batched import BATCH_S, BatchedResults, ends_batch
 
 REPORTS = 300
 
@@ -31,11 +31,17 @@ def fast(config: dict[str, Any]) -> None:
         hpo.report({"score": config["x"] * step})
 
 
+def saves(config: dict[str, Any]) -> None:
+    """Reports without a pause, with a checkpoint every report (kept every `frequency`)."""
+    for step in range(1, int(config["reports"]) + 1):
+        hpo.report({"score": config["x"] * step}, checkpoint={"step": step})
+
+
 def paced(config: dict[str, Any]) -> None:
-    """Reports every 0.3 s (each row ends its batch by time, BATCH_S = 0.2); after each report
+    """Reports every 1.5 BATCH_S (each row ends its batch by time); after each report
     returns, touches `<marks>/<trial>-<step>`."""
     for step in range(1, int(config["reports"]) + 1):
-        time.sleep(0.3)
+        time.sleep(1.5 * BATCH_S)
         hpo.report({"score": config["x"] * step})
         Path(config["marks"], f"{config['x']}-{step}").touch()
 
@@ -215,6 +221,30 @@ def test_a_stop_while_the_trial_trains_on_keeps_the_history_at_the_stop(
     assert result.errors == 0
     pids = {row["pid"] for rows in trial_rows(tmp_path / "b").values() for row in rows}
     assert len(pids) == 1  # reused: the stopped trial's thread ended within Tune's reset
+
+
+@pytest.mark.slow
+def test_a_batch_that_ends_in_a_save_sends_no_train_call_before_the_save_resolves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        batches: list[tuple[str, list[int]]]) -> None:
+    """Tune acted on the CONTINUE of a batch's earlier rows while the save its last row
+    started was in flight: a train call behind the save, another after it, and from then on
+    two in flight, the last past the trial's end (hpo.driver.ray_fit_private)."""
+    trains_during_saves = []
+    original = TuneController._schedule_trial_train
+
+    def spy(self: Any, trial: Any) -> None:
+        trains_during_saves.append(trial.is_saving)
+        original(self, trial)
+
+    monkeypatch.setattr(TuneController, "_schedule_trial_train", spy)
+    spec = _spec(checkpoint={"frequency": 25, "keep": 1}, constants={"reports": 100})
+    result = hpo.run(spec, trainable=saves, storage=str(tmp_path), keep_ray=True)
+    assert any(len(rows) > 1 and rows[-1] % 25 == 0 for _, rows in batches), batches
+    assert trains_during_saves and not any(trains_during_saves)
+    assert result.errors == 0
+    assert _iterations(tmp_path / "b") == [list(range(1, 101))] * 2
+    assert "Should not have reached here" not in (tmp_path / "b" / "hpo.log").read_text()
 
 
 @pytest.mark.slow

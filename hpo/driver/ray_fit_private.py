@@ -22,6 +22,10 @@ Ray and fails loudly when one is gone or changed:
   - TuneController._schedule_trial_pause(self, trial, should_checkpoint), wrapped for a
     block to drop what it leaves in ._cached_trial_decisions (a trial id -> the decision
     to take once its save resolves) (no_stop_left_by_a_pause);
+  - TuneController._maybe_execute_queued_decision(self, trial, after_save=False), which acts
+    on the decision in ._queued_trial_decisions (after a batch of results, and after a save
+    resolves, when ._process_trial_save has queued the decision it cached), wrapped for a
+    block with what it reads: Trial.is_saving (no_train_during_a_save);
   - ray.train.constants._get_ray_train_session_dir(), where StorageContext stages a run's
     files in ._get_session_path(): <that>/<._timestamp, date_str() to the second>/<name>
     (staged_apart).
@@ -50,7 +54,8 @@ def faster_fit(start_cap: int) -> Iterator[None]:
     """Tune's fit, changed for speed and with synch PBT fixed while the block runs (each part
     below)."""
     with cached_actors_to_waiting_trials(), no_callback_census(), \
-            staggered_actor_starts(start_cap), no_stop_left_by_a_pause():
+            staggered_actor_starts(start_cap), no_stop_left_by_a_pause(), \
+            no_train_during_a_save():
         yield
 
 
@@ -207,6 +212,30 @@ def no_stop_left_by_a_pause() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def no_train_during_a_save() -> Iterator[None]:
+    """While the block runs, a batch of results whose last row starts a save leaves the
+    decision of its earlier rows for after the save, as one row alone does; restored after.
+
+    Tune 2.60 caches the decision of a row that starts a save, and acts on it when the save
+    resolves. Each earlier row of the batch queued CONTINUE, which Tune acted on at once:
+    a train call went to the actor behind the save, and another after the save, so from
+    then on the trial had two train calls in flight, the second past the trial's end
+    ("Should not have reached here") and past any stop. Left queued, the earlier rows'
+    decision joins the cached one when the save resolves (STOP before PAUSE before
+    CONTINUE, Tune's own precedence), and Tune acts on the two together."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    def after_saves(original: Any) -> Any:
+        def execute(self: Any, trial: Any, after_save: bool = False) -> None:
+            if after_save or not trial.is_saving:
+                original(self, trial, after_save)
+        return execute
+
+    with replaced(TuneController, "_maybe_execute_queued_decision", after_saves):
+        yield
+
+
 def staged_apart(name: str, timeout_s: float = 2.0) -> None:
     """Return once a run named `name` starting now gets a staging folder of its own.
 
@@ -245,11 +274,13 @@ def missing() -> list[str]:
     from ray.air._internal import usage
     from ray.air.execution._internal.actor_manager import RayActorManager
     from ray.tune.execution.tune_controller import TuneController, _ObjectCache
+    from ray.tune.experiment import Trial
 
     gaps = [f"TuneController.{name}" for name in ("_trial_to_actor", "_resetting_trials",
                                                    "_actor_cache", "_actor_manager",
                                                    "_resources_to_pending_trials",
-                                                   "_staged_trials", "_cached_trial_decisions")
+                                                   "_staged_trials", "_cached_trial_decisions",
+                                                   "_queued_trial_decisions")
             if not sets_or_defines(TuneController, name)]
     if list(inspect.signature(usage.tag_callbacks).parameters) != ["callbacks"]:
         gaps.append("ray.air._internal.usage.tag_callbacks(callbacks)")
@@ -258,6 +289,12 @@ def missing() -> list[str]:
     if method_params(TuneController, "_schedule_trial_pause") != ["self", "trial",
                                                                     "should_checkpoint"]:
         gaps.append("TuneController._schedule_trial_pause(self, trial, should_checkpoint)")
+    if method_params(TuneController, "_maybe_execute_queued_decision") != [
+            "self", "trial", "after_save"] or "self._queue_decision(trial, decision)" not in \
+            inspect.getsource(TuneController._process_trial_save):
+        gaps.append("TuneController._maybe_execute_queued_decision(self, trial, after_save)")
+    if not isinstance(inspect.getattr_static(Trial, "is_saving", None), property):
+        gaps.append("Trial.is_saving")
     if method_params(_ObjectCache, "has_cached_object") != ["self", "key"]:
         gaps.append("_ObjectCache.has_cached_object(self, key)")
     if method_params(RayActorManager, "is_actor_started") != ["self", "tracked_actor"]:

@@ -38,29 +38,33 @@ def saves(config: dict[str, Any]) -> None:
 
 
 def paced(config: dict[str, Any]) -> None:
-    """Reports every 1.5 BATCH_S (each row ends its batch by time); after each report
-    returns, touches `<marks>/<trial>-<step>`."""
+    """Reports every `sleep` s (more than BATCH_S: each row ends its batch by time); touches
+    `<marks>/<x>-<step>-reporting` before each report and `<marks>/<x>-<step>` once it
+    returned."""
+    marks = Path(config["marks"])
     for step in range(1, int(config["reports"]) + 1):
-        time.sleep(1.5 * BATCH_S)
+        time.sleep(config["sleep"])
+        (marks / f"{config['x']}-{step}-reporting").touch()
         hpo.report({"score": config["x"] * step})
-        Path(config["marks"], f"{config['x']}-{step}").touch()
+        (marks / f"{config['x']}-{step}").touch()
 
 
 class HoldsRow(Callback):
-    """Holds the driver on each trial's first row until the trial's first report has returned
-    (at most 30 s); notes whether it had."""
+    """Holds the driver on each trial's first row until `<marks>/<x>-<mark>` appears (at most
+    `wait_s`); notes whether it did."""
 
-    def __init__(self, marks: Path) -> None:
-        self.marks, self.returned_while_held = marks, []
+    def __init__(self, marks: Path, mark: str, wait_s: float) -> None:
+        self.marks, self.mark, self.wait_s = marks, mark, wait_s
+        self.appeared: list[bool] = []
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,
                         **info: Any) -> None:
         if result["training_iteration"] == 1:
-            mark = self.marks / f"{trial.config['x']}-1"
-            deadline = time.monotonic() + 30
+            mark = self.marks / f"{trial.config['x']}-{self.mark}"
+            deadline = time.monotonic() + self.wait_s
             while not mark.exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
-            self.returned_while_held.append(mark.exists())
+            self.appeared.append(mark.exists())
 
 
 def fails(config: dict[str, Any]) -> None:
@@ -196,31 +200,40 @@ def test_a_stop_inside_a_batch_drops_the_rows_after_it(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_report_that_ends_a_batch_by_time_returns_before_the_driver_has_taken_it(
         tmp_path: Path) -> None:
-    """The trial trains on while the driver takes a batch that no decision waits on: its first
-    report returns while the driver still holds that row (without it, never)."""
+    """The trial trains on while the driver takes a batch that no decision waits on: while
+    the driver holds its first row it reports the second (without it, never), and that row's
+    time_this_iter_s is its own step's (Tune's count would start when it asked for it)."""
     marks = tmp_path / "marks"
     marks.mkdir()
-    held = HoldsRow(marks)
-    spec = _spec(constants={"reports": 4, "marks": str(marks)})
+    held = HoldsRow(marks, "2-reporting", wait_s=30)
+    sleep = 1.5 * BATCH_S
+    spec = _spec(constants={"reports": 4, "marks": str(marks), "sleep": sleep})
     hpo.run(spec, trainable=paced, storage=str(tmp_path), keep_ray=True, callbacks=[held])
-    assert held.returned_while_held == [True, True]
+    assert held.appeared == [True, True]
     assert _iterations(tmp_path / "b") == [[1, 2, 3, 4]] * 2
+    times = [row["time_this_iter_s"] for rows in trial_rows(tmp_path / "b").values()
+             for row in rows]
+    assert min(times) >= 0.9 * sleep, times
 
 
 @pytest.mark.slow
-def test_a_stop_while_the_trial_trains_on_keeps_the_history_at_the_stop(
-        tmp_path: Path) -> None:
-    """A metric's STOP lands on a row after which the trial already trains on: the row it
-    reports next never reaches disk, and the next trial still gets its actor."""
+def test_a_stop_on_a_metric_holds_each_report_until_the_driver_has_it(tmp_path: Path) -> None:
+    """A `stop` on a metric may land on any row: the trial waits at each report, so one
+    stopped mid-run hands its actor on at once (one stopped while training on would still be
+    in its 2.5 s step when Tune's 2 s reset gave up, and the next trial would fail), and its
+    history ends at the stop."""
     marks = tmp_path / "marks"
     marks.mkdir()
-    spec = _spec(stop={"score": 3}, max_concurrent=1,
-                 constants={"reports": 6, "marks": str(marks)})
-    result = hpo.run(spec, trainable=paced, storage=str(tmp_path), keep_ray=True)
-    assert sorted(_iterations(tmp_path / "b")) == [[1, 2], [1, 2, 3]]
+    held = HoldsRow(marks, "1", wait_s=3)
+    spec = _spec(stop={"score": 2}, max_concurrent=1,
+                 constants={"reports": 4, "marks": str(marks), "sleep": 2.5})
+    result = hpo.run(spec, trainable=paced, storage=str(tmp_path), keep_ray=True,
+                     callbacks=[held])
+    assert held.appeared == [False, False]
+    assert sorted(_iterations(tmp_path / "b")) == [[1], [1, 2]]
     assert result.errors == 0
     pids = {row["pid"] for rows in trial_rows(tmp_path / "b").values() for row in rows}
-    assert len(pids) == 1  # reused: the stopped trial's thread ended within Tune's reset
+    assert len(pids) == 1  # the second trial reused the first one's actor
 
 
 @pytest.mark.slow

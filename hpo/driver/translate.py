@@ -62,7 +62,9 @@ def trainable(spec: Spec, func: Any, holder: str | None = None) -> Any:
                                                    need["cpu"]), need)
     wrapped.__name__ = name  # Tune names trials after it (a partial has no name of its own)
     ends = result_batch_ends(spec)  # with_resources gave back the function itself
-    return wrapped if ends is None else batching(wrapped, ends)
+    if ends is None:
+        return wrapped
+    return batching(wrapped, ends, trains_on=set(spec.stop) <= {"training_iteration"})
 
 
 def result_batch_ends(spec: Spec) -> list[int] | None:

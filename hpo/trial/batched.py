@@ -16,7 +16,11 @@ swapped (tune_controller.py `_schedule_trial_train`), so every batch held one ro
 A batch that ends by time or size lets the trial train on at once, as the rows inside a batch
 do: its next report no longer waits for the driver's round trip (Tune, and so hpo before,
 held the training thread at every report until the driver asked for the next row). Only a
-batch-ending row holds it until the driver has decided on it.
+batch-ending row holds it until the driver has decided on it. Not where a `stop` on a metric
+may land on any row (`trains_on` False): a trial stopped mid-step would keep its actor busy
+past Tune's 2 s reset, and the next trial given that actor would fail. The row a trial
+reported while training on gets its own step's time as `time_this_iter_s` (Tune would count
+from when it asked for the row).
 
 Only where every decision is STOP or CONTINUE (FIFO, ASHA) does hpo turn the batches on
 (hpo.driver.translate.result_batches): a PAUSE in the middle of a batch would let Tune go on
@@ -34,6 +38,7 @@ from hpo.trial import ray_private
 BATCH_S = 1.0  # 0.2 before rows went on during the round trip: 5x the calls, same wall
 MAX_ROWS = 1000
 ITERATION = "training_iteration"
+TIME_THIS_ITER = "time_this_iter_s"
 _BATCH_ENDING = ("done", "should_checkpoint", "__duplicate__")  # Tune's own keys
 
 
@@ -42,7 +47,9 @@ class BatchedResults:
     wrap_function puts before FunctionTrainable)."""
 
     batch_ends: frozenset[int] = frozenset()
+    trains_on: bool = False
     _failed: Exception | None = None
+    _let_go_at: float | None = None  # time.time() when the trial went on past its report
 
     def train_buffered(self, *_tune_args: Any) -> list[dict[str, Any]]:
         if self._failed is not None:  # the rows before it went out with the last batch
@@ -62,8 +69,18 @@ class BatchedResults:
             if ends_batch(row, self.batch_ends):
                 return rows
             if len(rows) >= MAX_ROWS or time.monotonic() >= deadline:
-                ray_private.train_on()
+                if self.trains_on:
+                    ray_private.train_on()
+                    self._let_go_at = time.time()
                 return rows
+
+    def step(self) -> dict[str, Any]:
+        metrics: dict[str, Any] = super().step()  # type: ignore[misc]  # FunctionTrainable's
+        if self._let_go_at is not None:  # trained on since then, and reported at the last report
+            reported = ray_private.last_report_time() or self._let_go_at
+            metrics.setdefault(TIME_THIS_ITER, max(0.0, reported - self._let_go_at))
+            self._let_go_at = None
+        return metrics
 
 
 def ends_batch(row: dict[str, Any], ends: frozenset[int]) -> bool:
@@ -71,12 +88,15 @@ def ends_batch(row: dict[str, Any], ends: frozenset[int]) -> bool:
     return any(row.get(key) for key in _BATCH_ENDING) or row.get(ITERATION) in ends
 
 
-def batching(trainable: Any, ends: Iterable[int]) -> Any:
+def batching(trainable: Any, ends: Iterable[int], trains_on: bool) -> Any:
     """`trainable` (a function, also after tune.with_resources) whose results Tune may batch,
-    each batch ending at the latest on one of the iterations `ends`."""
+    each batch ending at the latest on one of the iterations `ends`; `trains_on`: no decision
+    lands elsewhere, so the trial may train on while the driver takes a batch."""
+    ahead = trains_on
 
     class _Batched(BatchedResults):
         batch_ends = frozenset(ends)
+        trains_on = ahead
 
     trainable.__mixins__ = (_Batched,)
     return trainable

@@ -87,6 +87,7 @@ def _rank(rank: int, port: int, out: dict) -> None:
                    same=all(torch.allclose(a, b, atol=1e-6) for a, b in zip(
                        model.module.parameters(), by_hand.parameters(), strict=True)),
                    after=float(noise.steps), buckets=buckets)
+    torch.distributed.barrier()  # neither leaves (rank 0 takes the store) while one still works
     dist.shutdown()
 
 

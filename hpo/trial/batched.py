@@ -92,11 +92,7 @@ def batching(trainable: Any, ends: Iterable[int], trains_on: bool) -> Any:
     """`trainable` (a function, also after tune.with_resources) whose results Tune may batch,
     each batch ending at the latest on one of the iterations `ends`; `trains_on`: no decision
     lands elsewhere, so the trial may train on while the driver takes a batch."""
-    ahead = trains_on
-
-    class _Batched(BatchedResults):
-        batch_ends = frozenset(ends)
-        trains_on = ahead
-
-    trainable.__mixins__ = (_Batched,)
+    batched = type("_Batched", (BatchedResults,),
+                   {"batch_ends": frozenset(ends), "trains_on": trains_on})
+    trainable.__mixins__ = (batched,)
     return trainable

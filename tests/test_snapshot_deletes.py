@@ -204,3 +204,36 @@ def test_the_folders_snapshot_never_runs_ahead_of_its_rows(
     assert (exp / "experiment_state.json").read_text() == "s3"
     assert (exp / "a" / "result.json").read_text() == "r1\nr2\n"
     assert sorted(p.name for p in exp.rglob(".*")) == []  # nor temporaries
+
+
+def test_snapshots_come_every_10_s_and_every_second_once_a_trial_has_saved() -> None:
+    """On Tune's own checkpoint manager: without checkpoints, a snapshot records only which
+    trials ended, and costs the driver its share every 10 s as in Tune; a saved checkpoint
+    brings the next one within a second (its dropped ones are deleted after it)."""
+    from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
+
+    from hpo.driver import ray_private
+    from hpo.driver.guards import snapshot_deletes
+
+    manager = _ExperimentCheckpointManager(storage=None, checkpoint_period="auto")
+    with ray_private.snapshot_hooks(lambda fs, path: None, lambda upload: upload,
+                                   snapshot_deletes.PERIOD_FLOOR_S,
+                                   snapshot_deletes.CHECKPOINT_PERIOD_FLOOR_S, lambda: 0.01):
+        manager._update_auto_checkpoint_time(0.02)  # what Tune calls after each snapshot
+        assert manager._checkpoint_period == 10.0
+        manager.on_trial_checkpoint(object())
+        assert manager._checkpoint_period == 1.0
+        manager.on_trial_checkpoint(object())
+        assert manager._checkpoint_period == 1.0
+        manager._update_auto_checkpoint_time(0.02)
+        assert manager._checkpoint_period == 10.0
+        manager._update_auto_checkpoint_time(0.2)  # a dear snapshot: 5% of the run
+        manager.on_trial_checkpoint(object())
+        assert manager._checkpoint_period == pytest.approx((0.2 + 0.01) * 19)
+        assert not manager._should_force_sync_up
+    fixed = _ExperimentCheckpointManager(storage=None, checkpoint_period=0.2)
+    with ray_private.snapshot_hooks(lambda fs, path: None, lambda upload: upload, 10.0, 1.0,
+                                    lambda: 0.0):
+        fixed.on_trial_checkpoint(object())  # TUNE_GLOBAL_CHECKPOINT_S is kept
+        fixed._update_auto_checkpoint_time(0.02)
+        assert fixed._checkpoint_period == 0.2

@@ -136,12 +136,14 @@ def actor_errors_handled_by(handler: ActorErrorHandler) -> Iterator[None]:
 @contextlib.contextmanager
 def snapshot_hooks(mark: Callable[[Any, str], None],
                    wrap_upload: Callable[[Callable[..., Any]], Callable[..., Any]],
-                   floor_s: float, copy_s: Callable[[], float]) -> Iterator[None]:
+                   floor_s: float, checkpoint_floor_s: float,
+                   copy_s: Callable[[], float]) -> Iterator[None]:
     """While the block runs, a checkpoint Tune drops is given to mark(fs, fs_path) instead of
-    being deleted, a trial's checkpoints force no experiment snapshot, Tune's automatic
-    snapshot period is max(floor_s, 19 x (the last snapshot's time + copy_s(), the last
-    copy's)), and each copy of the snapshot into the experiment folder runs as
-    wrap_upload(the copy); restored after."""
+    being deleted, each copy of the snapshot into the experiment folder runs as
+    wrap_upload(the copy), and Tune's automatic snapshot period is 19 x (the last snapshot's
+    time + copy_s(), the last copy's), at least floor_s, or at least checkpoint_floor_s once
+    a trial has saved a checkpoint since the last snapshot (a checkpoint forces none);
+    restored after."""
     from ray.train._internal import checkpoint_manager
     from ray.train._internal.storage import _FilesystemSyncer
     from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
@@ -152,13 +154,21 @@ def snapshot_hooks(mark: Callable[[Any, str], None],
             return wrap_upload(upload), upload_kwargs
         return command
 
+    share_s = [0.0]  # 19 x the last snapshot's and copy's time: Tune's 5% of the run
+
     def period(self: Any, time_taken: float) -> None:
-        if self._auto_checkpoint_enabled:  # Tune's 5% of the run, from a lower floor
-            self._checkpoint_period = max(floor_s, (time_taken + copy_s()) * 19)
+        if self._auto_checkpoint_enabled:
+            share_s[0] = (time_taken + copy_s()) * 19
+            self._checkpoint_period = max(floor_s, share_s[0])
+
+    def after_checkpoint(self: Any, trial: Any) -> None:
+        if self._auto_checkpoint_enabled:
+            self._checkpoint_period = min(self._checkpoint_period,
+                                          max(checkpoint_floor_s, share_s[0]))
 
     with replaced(checkpoint_manager, "_delete_fs_path", lambda _original: mark), \
             replaced(_ExperimentCheckpointManager, "on_trial_checkpoint",
-                     lambda _original: lambda self, trial: None), \
+                     lambda _original: after_checkpoint), \
             replaced(_ExperimentCheckpointManager, "_update_auto_checkpoint_time",
                      lambda _original: period), \
             replaced(_FilesystemSyncer, "_sync_up_command", wrapped_command):

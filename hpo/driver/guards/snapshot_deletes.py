@@ -12,12 +12,13 @@ Here a dropped checkpoint is only marked. The deletions marked before a snapshot
 done once that snapshot's copy into the experiment folder has ended well; a failed copy hands
 them on to the next. Snapshots come on Tune's automatic period (19 times what the last one and
 its copy took, about 5% of the run, but at least PERIOD_FLOOR_S apart, as in Tune, or
-CHECKPOINT_PERIOD_FLOOR_S once a trial has saved since the last snapshot) and at every stop, which still writes its snapshot whole and waits for it. The copy writes only the
-files that changed (hpo.driver.guards.snapshot_copy). So at every instant the folder's snapshot
-names checkpoints that are on disk, and a resume after a crash starts each trial from the
-checkpoint that snapshot names (the rows after it are cut and run again:
-hpo.driver.guards.history). A checkpoint outlives its drop by at most one snapshot period; a
-driver killed outright leaves the dropped checkpoints since the last snapshot behind.
+CHECKPOINT_PERIOD_FLOOR_S once a trial has saved since the last snapshot) and at every stop,
+which still writes its snapshot whole and waits for it. The copy writes only the files that
+changed (hpo.driver.guards.snapshot_copy). So at every instant the folder's snapshot names
+checkpoints that are on disk, and a resume after a crash starts each trial from the checkpoint
+that snapshot names (the rows after it are cut and run again: hpo.driver.guards.history). A
+checkpoint outlives its drop by at most one snapshot period; a driver killed outright leaves
+the dropped checkpoints since the last snapshot behind.
 """
 
 from __future__ import annotations

@@ -207,27 +207,37 @@ def test_the_folders_snapshot_never_runs_ahead_of_its_rows(
 
 
 def test_snapshots_come_every_10_s_and_every_second_once_a_trial_has_saved() -> None:
-    """On Tune's own checkpoint manager: without checkpoints, a snapshot records only which
-    trials ended, and costs the driver its share every 10 s as in Tune; a saved checkpoint
-    brings the next one within a second (its dropped ones are deleted after it)."""
+    """On Tune's own checkpoint manager and syncer: without checkpoints, a snapshot records
+    only which trials ended and costs the driver its share every 10 s, as in Tune; a saved
+    checkpoint brings the next one within a second (its dropped ones are deleted after its
+    copy), until a snapshot's copy has started: Tune skips the copy while the last one runs."""
+    from pyarrow.fs import LocalFileSystem
+    from ray.train._internal.storage import _FilesystemSyncer
     from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
 
     from hpo.driver import ray_private
     from hpo.driver.guards import snapshot_deletes
 
     manager = _ExperimentCheckpointManager(storage=None, checkpoint_period="auto")
+    syncer = _FilesystemSyncer(LocalFileSystem())
+
+    def snapshot(time_taken: float, copied: bool) -> None:  # what Tune does after save_fn
+        if copied:
+            syncer._sync_up_command(local_path="staging", uri="exp")
+        manager._update_auto_checkpoint_time(time_taken)
+
     with ray_private.snapshot_hooks(lambda fs, path: None, lambda upload: upload,
-                                   snapshot_deletes.PERIOD_FLOOR_S,
-                                   snapshot_deletes.CHECKPOINT_PERIOD_FLOOR_S, lambda: 0.01):
-        manager._update_auto_checkpoint_time(0.02)  # what Tune calls after each snapshot
+                                    snapshot_deletes.PERIOD_FLOOR_S,
+                                    snapshot_deletes.CHECKPOINT_PERIOD_FLOOR_S, lambda: 0.01):
+        snapshot(0.02, copied=True)
         assert manager._checkpoint_period == 10.0
         manager.on_trial_checkpoint(object())
         assert manager._checkpoint_period == 1.0
-        manager.on_trial_checkpoint(object())
+        snapshot(0.02, copied=False)  # the last copy still ran: this one was skipped
         assert manager._checkpoint_period == 1.0
-        manager._update_auto_checkpoint_time(0.02)
+        snapshot(0.02, copied=True)
         assert manager._checkpoint_period == 10.0
-        manager._update_auto_checkpoint_time(0.2)  # a dear snapshot: 5% of the run
+        snapshot(0.2, copied=True)  # a dear snapshot: 5% of the run
         manager.on_trial_checkpoint(object())
         assert manager._checkpoint_period == pytest.approx((0.2 + 0.01) * 19)
         assert not manager._should_force_sync_up
@@ -237,3 +247,4 @@ def test_snapshots_come_every_10_s_and_every_second_once_a_trial_has_saved() -> 
         fixed.on_trial_checkpoint(object())  # TUNE_GLOBAL_CHECKPOINT_S is kept
         fixed._update_auto_checkpoint_time(0.02)
         assert fixed._checkpoint_period == 0.2
+        assert not fixed._should_force_sync_up

@@ -142,29 +142,36 @@ def snapshot_hooks(mark: Callable[[Any, str], None],
     being deleted, each copy of the snapshot into the experiment folder runs as
     wrap_upload(the copy), and Tune's automatic snapshot period is 19 x (the last snapshot's
     time + copy_s(), the last copy's), at least floor_s, or at least checkpoint_floor_s once
-    a trial has saved a checkpoint since the last snapshot (a checkpoint forces none);
-    restored after."""
+    a trial has saved a checkpoint since the last snapshot copied into the folder (a
+    checkpoint forces none); restored after."""
     from ray.train._internal import checkpoint_manager
     from ray.train._internal.storage import _FilesystemSyncer
     from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
 
+    share_s = [0.0]  # 19 x the last snapshot's and copy's time: Tune's 5% of the run
+    # A checkpoint saved since the last snapshot that reached the folder: Tune skips a
+    # snapshot's copy while the last one still runs, and then the next must come soon.
+    saved = [False]
+
     def wrapped_command(original: Any) -> Any:
         def command(self: Any, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
             upload, upload_kwargs = original(self, *args, **kwargs)
+            saved[0] = False  # this copy carries the snapshot just written
             return wrap_upload(upload), upload_kwargs
         return command
 
-    share_s = [0.0]  # 19 x the last snapshot's and copy's time: Tune's 5% of the run
+    def floor() -> float:
+        return checkpoint_floor_s if saved[0] else floor_s
 
     def period(self: Any, time_taken: float) -> None:
         if self._auto_checkpoint_enabled:
             share_s[0] = (time_taken + copy_s()) * 19
-            self._checkpoint_period = max(floor_s, share_s[0])
+            self._checkpoint_period = max(floor(), share_s[0])
 
     def after_checkpoint(self: Any, trial: Any) -> None:
+        saved[0] = True
         if self._auto_checkpoint_enabled:
-            self._checkpoint_period = min(self._checkpoint_period,
-                                          max(checkpoint_floor_s, share_s[0]))
+            self._checkpoint_period = min(self._checkpoint_period, max(floor(), share_s[0]))
 
     with replaced(checkpoint_manager, "_delete_fs_path", lambda _original: mark), \
             replaced(_ExperimentCheckpointManager, "on_trial_checkpoint",

@@ -19,7 +19,8 @@ Ray and fails loudly when one is gone or changed:
     time_taken), which sets ._checkpoint_period to max(10 s, 19 x the last snapshot's time)
     when ._auto_checkpoint_enabled; _FilesystemSyncer._sync_up_command(self,
     local_path, uri, exclude) -> (upload, its kwargs), the copy of the driver's staging folder
-    (the snapshot) into the experiment folder, the only sync the driver starts;
+    (the snapshot) into the experiment folder, the only sync the driver starts, built by
+    _BackgroundSyncer.sync_up only when no copy still runs (else it skips the copy);
   - OVERRIDDEN_HOOKS: Ray's private methods that hpo's subclasses override (an override
     cannot move here; what it relies on is listed here and checked):
       LoggerCallback._restore_from_remote(self, file_name, trial): Ray's file loggers bring a
@@ -171,7 +172,8 @@ def snapshot_hooks(mark: Callable[[Any, str], None],
     def after_checkpoint(self: Any, trial: Any) -> None:
         saved[0] = True
         if self._auto_checkpoint_enabled:
-            self._checkpoint_period = min(self._checkpoint_period, max(floor(), share_s[0]))
+            self._checkpoint_period = min(self._checkpoint_period,
+                                          max(checkpoint_floor_s, share_s[0]))
 
     with replaced(checkpoint_manager, "_delete_fs_path", lambda _original: mark), \
             replaced(_ExperimentCheckpointManager, "on_trial_checkpoint",
@@ -216,9 +218,11 @@ def missing() -> list[str]:
 
 
 def _snapshot_hook_gaps() -> list[str]:
-    from ray.train._internal import checkpoint_manager, storage
+    from ray.train._internal import checkpoint_manager, storage, syncer
     from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
 
+    sync_up = inspect.getsource(syncer._BackgroundSyncer.sync_up)
+    skip, build = sync_up.find("_should_continue_existing_sync"), sync_up.find("._sync_up_command(")
     wanted = {
         "_CheckpointManager.register_checkpoint calls _delete_fs_path(fs=, fs_path=)":
             "_delete_fs_path(fs=" in source_of(checkpoint_manager._CheckpointManager)
@@ -233,6 +237,8 @@ def _snapshot_hook_gaps() -> list[str]:
         "_FilesystemSyncer._sync_up_command(self, local_path, uri, exclude)":
             method_params(storage._FilesystemSyncer, "_sync_up_command")
             == ["self", "local_path", "uri", "exclude"],
+        "_BackgroundSyncer.sync_up builds the copy's command only past its skip":
+            0 <= skip < build,
     }
     return [name for name, there in wanted.items() if not there]
 

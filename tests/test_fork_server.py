@@ -81,6 +81,57 @@ def test_workers_are_forks_that_look_fresh(tmp_path: Path,
     assert all(_gone(fact["pid"], timeout_s=30) for fact in facts)
 
 
+@ray.remote(num_cpus=1)
+class ExitImports:
+    def __init__(self) -> None:  # before this worker imports anything
+        self.had = "ray.dag.compiled_dag_node" in sys.modules
+
+    def facts(self) -> tuple[bool, int]:
+        return self.had, os.getppid()
+
+
+def _raylet_command() -> str:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == "raylet":
+                    return _parent_command(int(entry.name))
+            except OSError:
+                continue
+    raise AssertionError("no raylet")
+
+
+def test_the_raylet_starts_each_stub_without_site_and_forks_bring_rays_exit_imports(
+        tmp_path: Path) -> None:
+    """The stub needs the standard library only: its Python starts with -S, and still gets
+    a fork. A fork has what ray.shutdown imports at a worker's exit, so that a run's end
+    does not import it in every worker at once."""
+    from hpo.driver import fork_server
+
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
+        raylet = _raylet_command()
+        had_exit_imports, parent = ray.get(ExitImports.remote().facts.remote())
+        server_command = _parent_command(parent)
+    assert f"--python_worker_command={sys.executable} -S {worker_stub.__file__} " in raylet
+    assert "hpo.driver.fork_server_process" in server_command
+    assert had_exit_imports
+    cores = len(os.sched_getaffinity(0))
+    assert fork_server.system_config()["worker_maximum_startup_concurrency"] == \
+        fork_server.STARTS_PER_CORE * cores
+
+
+def test_only_the_stubs_command_loses_site() -> None:
+    from hpo.driver.ray_start_private import without_site
+
+    stub = "/x/worker_stub.py"
+    command = f"--python_worker_command={sys.executable} {stub} /ray/default_worker.py --a=1"
+    assert without_site(command, stub) == (f"--python_worker_command={sys.executable} -S "
+                                           f"{stub} /ray/default_worker.py --a=1")
+    for other in (f"--java_worker_command={sys.executable} {stub}", "--head",
+                  f"--python_worker_command={sys.executable} /ray/setup_worker.py x"):
+        assert without_site(other, stub) == other
+
+
 def test_a_worker_with_its_own_ray_settings_is_started_by_ray(tmp_path: Path) -> None:
     """Ray's C++ side reads RAY_* once, at `import ray`: a runtime env that sets one gets a
     worker Ray starts itself, and it sees the setting."""

@@ -15,7 +15,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "hpo"
 ADAPTERS = ("hpo.trial.ray_private", "hpo.cluster.ray_private", "hpo.driver.ray_private",
-            "hpo.driver.ray_fit_private", "hpo.driver.ray_start_private",
+            "hpo.driver.ray_fit_private", "hpo.driver.ray_actors_private",
+            "hpo.driver.ray_start_private",
             "hpo.driver.plugins.ray_internals", "hpo.driver.fork_server",
             "hpo.driver.fork_server_process")
 # What only an adapter may name. A traceback's file path (storage_faults reads
@@ -229,13 +230,15 @@ def test_lean_head_applies_to_the_block_only() -> None:
     from hpo.driver.ray_start_private import lean_head
 
     rays, rays_check = Node.start_api_server, utils.get_dashboard_dependency_error
-    rays_get_node = services.get_node
+    rays_get_node, rays_start = services.get_node, services.start_ray_process
     with lean_head():
         during = RayParams(num_cpus=1)
         assert Node.start_api_server is not rays
         assert utils.get_dashboard_dependency_error is not rays_check
         assert services.get_node is not rays_get_node
+        assert services.start_ray_process is not rays_start
     assert services.get_node is rays_get_node
+    assert services.start_ray_process is rays_start
     after = RayParams()
     assert (during.no_monitor, during.include_log_monitor, during.num_cpus) == (True, False, 1)
     assert (after.no_monitor, after.include_log_monitor) == (False, None)
@@ -339,3 +342,29 @@ def test_a_run_named_as_one_staged_this_second_waits_for_the_next(tmp_path: Path
         staged_apart("b")
         assert date_str() != second
         staged_apart("other")  # no folder of its own this second: no wait, no error
+
+
+def test_tunes_fit_reads_no_trials_results_back_within_the_block(tmp_path: Path) -> None:
+    """Tune's fit ends by reading every trial's result.json into a DataFrame for the grid it
+    returns (hpo drops it): within no_result_frames it reads none, and the rows are on disk
+    as before."""
+    from ray import tune
+
+    from hpo.driver.ray_fit_private import no_result_frames
+    from hpo.driver.ray_session import embedded_ray
+
+    def three(config: dict[str, Any]) -> None:
+        for step in range(3):
+            tune.report({"step": step})
+
+    def fit(name: str) -> Any:
+        return tune.Tuner(three, run_config=tune.RunConfig(
+            name=name, storage_path=str(tmp_path), verbose=0)).fit()[0]
+
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
+        with no_result_frames():
+            within = fit("within")
+        after = fit("after")
+    assert within.metrics_dataframe is None
+    assert len((Path(within.path) / "result.json").read_text().splitlines()) == 3
+    assert list(after.metrics_dataframe["step"]) == [0, 1, 2]

@@ -25,13 +25,25 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from hpo.cluster.slurm_env import usable_cpus
 from hpo.driver import worker_stub
 
 RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
 
-# Ray's default workers started with its node, before any job, carry no job: none is needed
-# when forks are cheap, and they could not be forked.
-SYSTEM_CONFIG = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
+# Workers that start at once, for each core (the raylet's, and Tune's trial actors: hpo's
+# start cap). A forked worker's start is mostly round trips (raylet, fork server, GCS) and
+# about 0.1 CPU-s: at Ray's one a core, 64 workers took 4.5 s to come up on 2 cores with
+# the cores a fifth idle; at four, 3.4 s (docs/benchmarks.md).
+STARTS_PER_CORE = 4
+
+
+def system_config() -> dict[str, Any]:
+    """The `_system_config` of a node whose workers are forked. Ray's default workers started
+    with the node, before any job, carry no job: none is needed when forks are cheap, and
+    they could not be forked."""
+    cores = usable_cpus() or os.cpu_count() or 1
+    return {"prestart_worker_first_driver": False, "enable_worker_prestart": False,
+            "worker_maximum_startup_concurrency": STARTS_PER_CORE * cores}
 
 # Libraries a trainable may import that cost each worker a second or more, and that a fork
 # inherits safely while unused (torch initialises CUDA and its thread pools on first use).

@@ -37,10 +37,12 @@ LIBRARIES = ("numpy", "pandas", "pyarrow", "pyarrow.fs", "pydantic", "fsspec", "
 RAY_MODULES = ("ray._private.workers.default_worker", "ray.tune", "hpo.trial.one_process")
 # What a trial's worker imports after that before its first step, where installed (about
 # 0.2 CPU-s): Tune's trainable clears IPython's shell, Ray's serializers register pydantic
-# v1's and starlette's types, hpo's result batches, the fork's own argument parser.
+# v1's and starlette's types, hpo's result batches, the fork's own argument parser; and at
+# its exit: ray.shutdown imports Ray's compiled DAGs to close them (24 ms a worker, all of
+# them at once at a run's end).
 WORKER_EXTRAS = ("IPython.core.interactiveshell", "pydantic.v1", "starlette.datastructures",
                  "pyarrow.json", "ray._private.arrow_serialization", "hpo.trial.batched",
-                 "ray._private.workers.setup_worker")
+                 "ray._private.workers.setup_worker", "ray.dag.compiled_dag_node")
 _INT = struct.Struct("!i")
 _MAX_REQUEST = 1 << 20  # one request: the stub's arguments and environment
 # Ray's C++ side reads these from the environment once, at `import ray`: a fork serves only

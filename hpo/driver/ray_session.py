@@ -168,6 +168,12 @@ _import_ray_local_only()
 _forks: fork_server.ForkServer | None = None
 
 
+def starts_per_core() -> int:
+    """How many trial actors may start at once for each core: more where workers are forked
+    (hpo.driver.fork_server), where a start costs little CPU."""
+    return fork_server.STARTS_PER_CORE if _forks is not None else 1
+
+
 def preload_for(trainable: Any) -> None:
     """Have the embedded Ray's workers start with the heavy libraries a worker imports with
     this trainable (its torch), where a fork server makes them."""
@@ -198,7 +204,7 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                      _temp_dir=str(run_dir / "r"), log_to_driver=False,
                      logging_level=logging.WARNING,
-                     _system_config=fork_server.SYSTEM_CONFIG if forks else None)
+                     _system_config=fork_server.system_config() if forks else None)
     except BaseException:
         stack.close()  # undo what was done
         raise

@@ -19,6 +19,10 @@ Ray and fails loudly when one is gone or changed:
     Node.all_processes[PROCESS_TYPE_RAYLET]: wrapped for a block to hand its pid on (the fork
     server, hpo.driver.fork_server, then imports Ray while the node comes up), and
     RayParams.setup_worker_path, the raylet's worker command, set for the block;
+  - ray._private.services.start_ray_process(command, process_type, ...), which
+    services.start_raylet calls with the raylet's command, whose
+    --python_worker_command=<list2cmdline([sys.executable, setup_worker_path, ...])> is the
+    worker command: wrapped for a block to start that Python with -S (no site);
   - ray._private.services.get_node(gcs_address, node_id), which Node.__init__ calls until
     the new raylet has registered: its C++ side (GlobalStateAccessor::GetNode) sleeps 1 s
     between looks, and the raylet registers 1-1.5 s after its start, so `ray.init` waited
@@ -33,6 +37,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,6 +54,7 @@ NODE_LOOK_S = 0.02
 NODE_SLOW_LOOK_S = 0.2  # after NODE_FAST_S: a raylet that slow is starting on a busy node
 NODE_FAST_S = 2.0
 NODE_WAIT_S = 30.0  # Ray's own limit (raylet_start_wait_time_s); then Ray's look and error
+WORKER_COMMAND = "--python_worker_command="  # the raylet's argument
 
 
 @contextlib.contextmanager
@@ -97,11 +104,32 @@ def lean_head(setup_worker: str | None = None,
     def looked_up_first(original: Any) -> Any:
         return lambda: dashboard_deps_missing() or original()
 
+    def stub_without_site(original: Any) -> Any:
+        def start_ray_process(command: list[str], process_type: str, *args: Any,
+                              **kwargs: Any) -> Any:
+            if setup_worker and process_type == ray_constants.PROCESS_TYPE_RAYLET:
+                command = [without_site(arg, setup_worker) for arg in command]
+            return original(command, process_type, *args, **kwargs)
+        return start_ray_process
+
     with replaced(RayParams, "__init__", lean), replaced(Node, "start_api_server", no_api_server), \
             replaced(Node, "start_raylet", told), \
             replaced(services, "get_node", looked_for_first), \
+            replaced(services, "start_ray_process", stub_without_site), \
             replaced(ray_utils, "get_dashboard_dependency_error", looked_up_first):
         yield
+
+
+def without_site(arg: str, setup_worker: str) -> str:
+    """A raylet argument, with the worker command's Python given -S where it runs
+    setup_worker. The stub needs only the standard library, and `site` would run every .pth
+    file of the environment for each worker: an editable install's import hook alone costs
+    a Python's start 26 ms of its 35 (measured on 2 cores), spent once per worker."""
+    plain = WORKER_COMMAND + subprocess.list2cmdline([sys.executable, setup_worker])
+    if not arg.startswith(plain):
+        return arg
+    return (WORKER_COMMAND + subprocess.list2cmdline([sys.executable, "-S", setup_worker])
+            + arg[len(plain):])
 
 
 def registered(gcs_address: str, node_id: str, wait_s: float = NODE_WAIT_S,
@@ -168,6 +196,7 @@ def missing() -> list[str]:
             inspect.getsource(Node.start_raylet) or "setup_worker_path" not in vars(built):
         gaps.append("Node.start_raylet, all_processes[PROCESS_TYPE_RAYLET], "
                     "RayParams.setup_worker_path")
+    gaps += _worker_command_gaps()
     if "ray._private.utils.get_dashboard_dependency_error()" not in \
             inspect.getsource(services.start_raylet) or \
             not callable(getattr(ray_utils, "get_dashboard_dependency_error", None)):
@@ -179,3 +208,17 @@ def missing() -> list[str]:
         gaps.append(f"{GcsClient.__name__}.get_all_node_info(timeout=, node_selectors=, "
                     "state_filter=)")
     return gaps
+
+
+def _worker_command_gaps() -> list[str]:
+    from ray._private import services
+
+    start_raylet = " ".join(inspect.getsource(services.start_raylet).split())
+    shapes = ("start_worker_command = ( [ sys.executable, setup_worker_path, ]",
+              f'f"{WORKER_COMMAND}{{subprocess.list2cmdline(start_worker_command)}}"',
+              "start_ray_process( command, ray_constants.PROCESS_TYPE_RAYLET,")
+    if list(inspect.signature(services.start_ray_process).parameters)[:2] != [
+            "command", "process_type"] or not all(shape in start_raylet for shape in shapes):
+        return ["services.start_raylet: --python_worker_command=[sys.executable, "
+                "setup_worker_path, ...] through start_ray_process(command, process_type)"]
+    return []

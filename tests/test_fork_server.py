@@ -120,6 +120,85 @@ def test_the_raylet_starts_each_stub_without_site_and_forks_bring_rays_exit_impo
         fork_server.STARTS_PER_CORE * cores
 
 
+def test_a_server_started_ahead_serves_the_next_embedded_ray(tmp_path: Path) -> None:
+    """`hpo run` starts the run folder and the fork server before its imports
+    (fork_server.start_ahead): the embedded Ray it then starts forks its workers there, and
+    both end with that Ray."""
+    from hpo.driver import fork_server
+
+    fork_server.start_ahead()
+    ahead = fork_server._ahead
+    assert ahead is not None and ahead[2] is not None
+    run_dir, server = ahead[1], ahead[2]._server.pid
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
+        parent = ray.get(Probe.remote().facts.remote())["parent"]
+        assert fork_server._ahead is None  # taken
+        assert (run_dir / "r").is_dir()  # Ray's temp dir in the folder made ahead
+    assert parent == server
+    assert _gone(server, timeout_s=15)
+    assert not run_dir.exists()
+
+
+def test_what_was_started_ahead_and_not_taken_ends_with_the_process(tmp_path: Path) -> None:
+    code = ("from hpo.driver import fork_server\n"
+            "fork_server.start_ahead()\n"
+            "print(fork_server._ahead[1], fork_server._ahead[2]._server.pid, flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    run_dir, pid = done.stdout.split()
+    assert not Path(run_dir).exists()
+    assert _gone(int(pid), timeout_s=15)
+
+
+def _nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def test_a_minimal_dashboard_agent_is_niced_and_its_ports_are_written_ahead(
+        tmp_path: Path) -> None:
+    """hpo installs Ray without its dashboard packages, so the dashboard agent starts
+    minimal: it serves nothing, writes -1 to its three port files, and the raylet waited for
+    those files before its node registered. hpo writes them ahead and runs the agent at the
+    lowest priority."""
+    from ray._private.utils import get_dashboard_dependency_error
+
+    assert get_dashboard_dependency_error() is not None  # what the rest of this test is for
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
+        raylet = _raylet_command().split()
+        session = Path(next(arg for arg in raylet if arg.startswith("--session_dir=")
+                            ).split("=", 1)[1])
+        ports = {path.name.rsplit("_", 1)[0]: path.read_text() for path in session.iterdir()
+                 if path.name.startswith(("metrics_", "dashboard_agent_listen_port"))}
+        niceness = [_nice(pid) for pid in _dashboard_agents()]
+    assert ports == {"metrics_agent_port": "-1", "metrics_export_port": "-1",
+                     "dashboard_agent_listen_port": "-1"}
+    assert niceness == [19]
+
+
+def _dashboard_agents(timeout_s: float = 60.0) -> list[int]:
+    """The dashboard agent's pid, once it runs (the node registers before it has started):
+    its command, or the title it gives itself."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
+                 and _command_has(int(entry.name), (b"dashboard/agent.py",
+                                                    b"ray::DashboardAgent"))]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def _command_has(pid: int, parts: tuple[bytes, ...]) -> bool:
+    """Whether pid's command holds one of parts, other than the raylet's (whose arguments
+    hold the agent's command)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        raylet = Path(f"/proc/{pid}/comm").read_text().strip() == "raylet"
+    except OSError:
+        return False
+    return not raylet and any(part in command for part in parts)
+
+
 def test_only_the_stubs_command_loses_site() -> None:
     from hpo.driver.ray_start_private import without_site
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 import yaml
@@ -22,6 +23,9 @@ from hpo.cli._shared import (
 from hpo.cli.install import install_app
 from hpo.cli.local import local_app
 from hpo.cli.slurm import slurm_app
+
+if TYPE_CHECKING:
+    from hpo.cluster.auth import RayCluster
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
                   help="Tune deep-learning hyperparameters with Ray Tune, locally or on Slurm.")
@@ -97,14 +101,27 @@ def run(space: Path, storage: str | None = typer.Option(None, help="Results root
 
     state["ran"] = True  # see main()
     with start_stops():  # a stop while hpo imports and starts: one line, nothing left
+        cluster = _warm_or_forks_ahead(cpus)
         import hpo
-        from hpo.cluster import warm
 
         spec = hpo.load_spec(space, overrides)
         # one process, one run: Ray ends with it (a warm one, `hpo local up`, keeps running)
         result = hpo.run(spec, storage=storage, name=name, num_cpus=cpus, source=str(space),
-                         time_limit_s=time_limit, keep_ray=False, cluster=warm.for_run(cpus))
+                         time_limit_s=time_limit, keep_ray=False, cluster=cluster)
     finish(result)
+
+
+def _warm_or_forks_ahead(cpus: int | None) -> RayCluster | None:
+    """The warm Ray this run uses (`hpo local up`), or None: then the run starts its own, and
+    its workers' fork server starts now, while the rest of hpo is imported."""
+    from hpo.cluster import warm
+
+    cluster = warm.for_run(cpus)
+    if cluster is None:
+        from hpo.driver.fork_server import start_ahead
+
+        start_ahead()
+    return cluster
 
 
 @app.command()
@@ -117,11 +134,11 @@ def resume(experiment_dir: Path,
 
     state["ran"] = True  # see main()
     with start_stops():  # a stop while hpo imports and starts: one line
+        cluster = _warm_or_forks_ahead(cpus)
         import hpo
-        from hpo.cluster import warm
 
         result = hpo.resume(experiment_dir, num_cpus=cpus, time_limit_s=time_limit,
-                            keep_ray=False, cluster=warm.for_run(cpus))
+                            keep_ray=False, cluster=cluster)
     if result.finished_already:
         err.print(f"hpo: {result.path} has finished: all {len(result.dataframe)} trial(s) ran "
                   f"to their end, nothing to resume. Hint: `hpo best {result.path}`",

@@ -193,9 +193,7 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
 
     stack = contextlib.ExitStack()
     try:
-        run_dir = stack.enter_context(private_run_dir())
-        stack.enter_context(token_env(new_token(run_dir)))
-        forks = stack.enter_context(fork_server.serving(run_dir))
+        run_dir, forks = _run_dir_and_forks(stack)
         _set_forks(forks)
         stack.callback(_set_forks, None)
         with _lean_head(forks), environ_overlay(forks.env if forks else {}):
@@ -210,6 +208,20 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
         raise
     stack.callback(ray.shutdown)
     return stack
+
+
+def _run_dir_and_forks(stack: contextlib.ExitStack) -> tuple[Path, fork_server.ForkServer | None]:
+    """The run's private folder, its token set, and a fork server: those `hpo run` started
+    ahead (fork_server.start_ahead), or new ones; the stack ends them."""
+    ahead = fork_server.taken_ahead()
+    if ahead is not None:
+        held, run_dir, forks = ahead
+        stack.enter_context(held)
+        stack.enter_context(token_env(new_token(run_dir)))
+        return run_dir, forks
+    run_dir = stack.enter_context(private_run_dir())
+    stack.enter_context(token_env(new_token(run_dir)))
+    return run_dir, stack.enter_context(fork_server.serving(run_dir))
 
 
 def _set_forks(forks: fork_server.ForkServer | None) -> None:

@@ -22,7 +22,14 @@ Ray and fails loudly when one is gone or changed:
   - ray._private.services.start_ray_process(command, process_type, ...), which
     services.start_raylet calls with the raylet's command, whose
     --python_worker_command=<list2cmdline([sys.executable, setup_worker_path, ...])> is the
-    worker command: wrapped for a block to start that Python with -S (no site);
+    worker command and --dashboard_agent_command=<command> the dashboard agent's: wrapped
+    for a block to start that Python with -S (no site), and a minimal agent niced;
+  - the port files a minimal dashboard agent (ray/dashboard/agent.py, DashboardAgent, started
+    with --minimal where get_dashboard_dependency_error() finds a package missing) writes
+    with ray._raylet.persist_port(dir, node_id, name, port) into Node._session_dir for
+    Node._node_id once it has started: -1 (no such service) for METRICS_AGENT_PORT_NAME,
+    METRICS_EXPORT_PORT_NAME and DASHBOARD_AGENT_LISTEN_PORT_NAME, which the raylet waits for
+    before it registers: written ahead for a block, in Node.start_raylet;
   - ray._private.services.get_node(gcs_address, node_id), which Node.__init__ calls until
     the new raylet has registered: its C++ side (GlobalStateAccessor::GetNode) sleeps 1 s
     between looks, and the raylet registers 1-1.5 s after its start, so `ray.init` waited
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import shutil
 import subprocess
 import sys
 import time
@@ -44,7 +52,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.driver.ray_private import replaced, source_of
+from hpo.driver.ray_private import replaced, sets_or_defines, source_of
 
 RAY_VERSION = "2.60.0"  # the version these were read from
 
@@ -54,7 +62,8 @@ NODE_LOOK_S = 0.02
 NODE_SLOW_LOOK_S = 0.2  # after NODE_FAST_S: a raylet that slow is starting on a busy node
 NODE_FAST_S = 2.0
 NODE_WAIT_S = 30.0  # Ray's own limit (raylet_start_wait_time_s); then Ray's look and error
-WORKER_COMMAND = "--python_worker_command="  # the raylet's argument
+WORKER_COMMAND = "--python_worker_command="  # the raylet's arguments
+AGENT_COMMAND = "--dashboard_agent_command="
 
 
 @contextlib.contextmanager
@@ -88,6 +97,8 @@ def lean_head(setup_worker: str | None = None,
 
     def told(original: Any) -> Any:
         def start_raylet(self: Any, *args: Any, **kwargs: Any) -> None:
+            if minimal_agent():
+                agent_ports_ahead(self._session_dir, self._node_id)
             original(self, *args, **kwargs)
             raylets.append(self.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process)
             if on_raylet:
@@ -104,20 +115,55 @@ def lean_head(setup_worker: str | None = None,
     def looked_up_first(original: Any) -> Any:
         return lambda: dashboard_deps_missing() or original()
 
-    def stub_without_site(original: Any) -> Any:
+    def minimal_agent() -> bool:
+        return ray_utils.get_dashboard_dependency_error() is not None
+
+    def raylet_commands(original: Any) -> Any:
         def start_ray_process(command: list[str], process_type: str, *args: Any,
                               **kwargs: Any) -> Any:
-            if setup_worker and process_type == ray_constants.PROCESS_TYPE_RAYLET:
-                command = [without_site(arg, setup_worker) for arg in command]
+            if process_type == ray_constants.PROCESS_TYPE_RAYLET:
+                if setup_worker:
+                    command = [without_site(arg, setup_worker) for arg in command]
+                if minimal_agent():
+                    command = [niced_agent(arg) for arg in command]
             return original(command, process_type, *args, **kwargs)
         return start_ray_process
 
     with replaced(RayParams, "__init__", lean), replaced(Node, "start_api_server", no_api_server), \
             replaced(Node, "start_raylet", told), \
             replaced(services, "get_node", looked_for_first), \
-            replaced(services, "start_ray_process", stub_without_site), \
+            replaced(services, "start_ray_process", raylet_commands), \
             replaced(ray_utils, "get_dashboard_dependency_error", looked_up_first):
         yield
+
+
+def agent_ports_ahead(session_dir: str, node_id: str) -> None:
+    """Write the port files a minimal dashboard agent writes once it has started: -1 each, no
+    such service. The raylet waits for them before it registers its node, and the agent's
+    Python took about 1 s to start on 2 cores, in the middle of everything else that `hpo
+    run` starts; it writes the same values when it is up."""
+    from ray._raylet import (
+        DASHBOARD_AGENT_LISTEN_PORT_NAME,
+        METRICS_AGENT_PORT_NAME,
+        METRICS_EXPORT_PORT_NAME,
+        persist_port,
+    )
+
+    for name in (METRICS_AGENT_PORT_NAME, METRICS_EXPORT_PORT_NAME,
+                 DASHBOARD_AGENT_LISTEN_PORT_NAME):
+        persist_port(session_dir, node_id, name, -1)
+
+
+def niced_agent(arg: str) -> str:
+    """A raylet argument, with a minimal dashboard agent's command run at the lowest CPU
+    priority: it serves nothing while a run goes (no HTTP or gRPC server), and its start
+    competed for the cores with the workers' fork server and the driver, on the way to the
+    first trial."""
+    nice = shutil.which("nice")
+    if not arg.startswith(AGENT_COMMAND) or nice is None:
+        return arg
+    return AGENT_COMMAND + subprocess.list2cmdline([nice, "-n", "19"]) + " " + \
+        arg[len(AGENT_COMMAND):]
 
 
 def without_site(arg: str, setup_worker: str) -> str:
@@ -216,9 +262,33 @@ def _worker_command_gaps() -> list[str]:
     start_raylet = " ".join(inspect.getsource(services.start_raylet).split())
     shapes = ("start_worker_command = ( [ sys.executable, setup_worker_path, ]",
               f'f"{WORKER_COMMAND}{{subprocess.list2cmdline(start_worker_command)}}"',
+              f'"{AGENT_COMMAND}{{}}".format( subprocess.list2cmdline(dashboard_agent_command)',
               "start_ray_process( command, ray_constants.PROCESS_TYPE_RAYLET,")
     if list(inspect.signature(services.start_ray_process).parameters)[:2] != [
             "command", "process_type"] or not all(shape in start_raylet for shape in shapes):
         return ["services.start_raylet: --python_worker_command=[sys.executable, "
-                "setup_worker_path, ...] through start_ray_process(command, process_type)"]
+                "setup_worker_path, ...] and --dashboard_agent_command= through "
+                "start_ray_process(command, process_type)"]
+    return _agent_port_gaps()
+
+
+def _agent_port_gaps() -> list[str]:
+    import ray._raylet
+    from ray._private.node import Node
+    from ray.dashboard.agent import DashboardAgent
+
+    agent = " ".join(inspect.getsource(DashboardAgent).split())
+    shapes = ("if not self.minimal: self._init_non_minimal() else:",
+              "persist_port( self.session_dir, self.node_id, METRICS_AGENT_PORT_NAME, -1, )",
+              "persist_port( self.session_dir, self.node_id, METRICS_EXPORT_PORT_NAME, -1, )",
+              "DASHBOARD_AGENT_LISTEN_PORT_NAME, self.listen_port if self.http_server and "
+              "launch_http_server else -1, )",
+              "# http_server is None in minimal.")
+    names = ("persist_port", "DASHBOARD_AGENT_LISTEN_PORT_NAME", "METRICS_AGENT_PORT_NAME",
+             "METRICS_EXPORT_PORT_NAME")
+    if not all(shape in agent for shape in shapes) or \
+            not all(hasattr(ray._raylet, name) for name in names) or \
+            not all(sets_or_defines(Node, name) for name in ("_session_dir", "_node_id")):
+        return ["a minimal DashboardAgent writes -1 to its three port files "
+                "(ray._raylet.persist_port) in Node._session_dir for Node._node_id"]
     return []

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import ray
 
+from hpo.cluster.node import descendants
 from hpo.driver import worker_stub
 from hpo.driver.ray_session import embedded_ray
 
@@ -91,13 +92,13 @@ class ExitImports:
 
 
 def _raylet_command() -> str:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() == "raylet":
-                    return _parent_command(int(entry.name))
-            except OSError:
-                continue
+    """The command of this process's raylet (not of another Ray on the machine)."""
+    for pid in descendants(os.getpid()):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "raylet":
+                return _parent_command(pid)
+        except OSError:
+            continue
     raise AssertionError("no raylet")
 
 
@@ -176,13 +177,12 @@ def test_a_minimal_dashboard_agent_is_niced_and_its_ports_are_written_ahead(
 
 
 def _dashboard_agents(timeout_s: float = 60.0) -> list[int]:
-    """The dashboard agent's pid, once it runs (the node registers before it has started):
-    its command, or the title it gives itself."""
+    """The pid of this process's dashboard agent, once it runs (the node registers before it
+    has started): its command, or the title it gives itself."""
     deadline = time.monotonic() + timeout_s
     while True:
-        found = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
-                 and _command_has(int(entry.name), (b"dashboard/agent.py",
-                                                    b"ray::DashboardAgent"))]
+        found = [pid for pid in descendants(os.getpid())
+                 if _command_has(pid, (b"dashboard/agent.py", b"ray::DashboardAgent"))]
         if found or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
@@ -318,19 +318,23 @@ def _function(source: str, module: str, **names: Any) -> Any:
 def test_a_kept_rays_next_trainable_without_torch_stops_the_forks(tmp_path: Path) -> None:
     """The server cannot unload torch: a later run (a notebook's kept Ray) whose trainable
     does not bring it gets workers Ray starts, which do not have it."""
-    from hpo.driver.ray_session import preload_for
+    from hpo.driver.fork_server import STARTS_PER_CORE
+    from hpo.driver.ray_session import preload_for, starts_per_core
     from trainables.images import train
 
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
         server = _server_pid()
         preload_for(train)
+        forking = starts_per_core()
         preload_for(Probe)
         stopped = _gone(server, timeout_s=120)
+        starting = starts_per_core()  # Ray's own starts cost a worker 1-2 CPU-s each
         had_torch, parent = ray.get(ModulesAtStart.remote().facts.remote())
         command = _parent_command(parent)
     assert stopped
     assert not had_torch
     assert "raylet" in command
+    assert (forking, starting) == (STARTS_PER_CORE, 1)
 
 
 def test_only_the_torch_that_comes_with_the_trainable_is_preloaded() -> None:

@@ -52,6 +52,10 @@ def _assert_clean(proc: subprocess.Popen[str], tmp_path: Path, signame: str) -> 
     assert "Traceback" not in stderr and "Fatal Python error" not in stderr, stderr[-3000:]
     assert last.startswith(f"error: the run stopped by {signame}"), last
     assert list((tmp_path / "tmp").iterdir()) == []  # Ray's and hpo's temp files: gone
+    # and hpo's run folder (hpo.driver.run_dir, always under /tmp; its owner file names the
+    # driver's pid): made before `import hpo`, where a stop ends the process at once
+    assert [owner for owner in Path("/tmp").glob("hpo-*/owner")
+            if owner.read_text().strip() == str(proc.pid)] == []
     exp_dir = tmp_path / "results" / "s"
     if STARTUP.format(signame) in last:
         assert not exp_dir.exists()  # the same command starts it again
@@ -61,7 +65,8 @@ def _assert_clean(proc: subprocess.Popen[str], tmp_path: Path, signame: str) -> 
 
 
 @pytest.mark.parametrize(("delay", "sig"), [
-    (1.0, signal.SIGINT), (3.0, signal.SIGTERM), (6.0, signal.SIGINT), (9.0, signal.SIGINT)])
+    (0.7, signal.SIGINT), (1.0, signal.SIGINT), (3.0, signal.SIGTERM), (6.0, signal.SIGINT),
+    (9.0, signal.SIGINT)])
 def test_a_stop_at_any_instant_of_start_up(tmp_path: Path, delay: float, sig: int) -> None:
     proc = _started(tmp_path, _space(tmp_path, "tests/study_trainables.py:steady"))
     time.sleep(delay)

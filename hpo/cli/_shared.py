@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hpo.driver import fork_server
 from hpo.driver.guards.start_stop import StoppedAtStart
 from hpo.driver.guards.storage_faults import storage_error
 from hpo.errors import HpoError
@@ -52,6 +53,7 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
                 traceback.print_exc()
             err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
             if isinstance(error, StoppedAtStart):
+                fork_server.end_ahead()  # what `hpo run` started early: no exit handler runs
                 _exit_at_once(error.exit_code)
             raise typer.Exit(error.exit_code) from None
 

@@ -113,6 +113,7 @@ class ForkServer:
         # to import for the forks made after.
         self._orders = os.fdopen(write_end, "w")
         self._preloaded: set[str] = set()
+        self.forking = True  # until told to stop (preload_for)
         self.setup_worker = worker_stub.__file__  # Ray's setup_worker_path for the node
         # For the raylet's environment while it starts: each worker's stub inherits it.
         self.env = {worker_stub.SERVER_ENV: str(self._path),
@@ -136,6 +137,7 @@ class ForkServer:
         wanted = set(imported_with(trainable))
         if self._preloaded - wanted:
             self._tell(None)
+            self.forking = False
         elif wanted - self._preloaded:
             self._tell(sorted(wanted - self._preloaded))
         self._preloaded |= wanted
@@ -208,7 +210,7 @@ def start_ahead() -> None:
         stack.close()
         raise
     _ahead = (stack, run_dir, server)
-    atexit.register(_end_ahead)
+    atexit.register(end_ahead)
 
 
 def taken_ahead() -> tuple[contextlib.ExitStack, Path, ForkServer | None] | None:
@@ -218,7 +220,8 @@ def taken_ahead() -> tuple[contextlib.ExitStack, Path, ForkServer | None] | None
     return ahead
 
 
-def _end_ahead() -> None:
+def end_ahead() -> None:
+    """End what start_ahead made, unless a Ray's start has taken it."""
     ahead = taken_ahead()
     if ahead is not None:
         ahead[0].close()
@@ -235,4 +238,9 @@ def missing() -> list[str]:
     """What this module reads of Ray's private parts that the installed Ray lacks: Ray's
     setup_worker.py beside its default_worker.py (the node's worker command and its
     raylet are set and read by hpo.driver.ray_start_private.lean_head)."""
-    return [] if Path(_ray_setup_worker()).is_file() else [_ray_setup_worker()]
+    import ray._raylet
+
+    gaps = [] if Path(_ray_setup_worker()).is_file() else [_ray_setup_worker()]
+    # an unknown _system_config key fails ray.init; Ray's config names are in its library
+    keys = Path(ray._raylet.__file__).read_bytes()
+    return gaps + [f"Ray config {key}" for key in system_config() if key.encode() not in keys]

@@ -19,7 +19,7 @@ Ray and fails loudly when one is gone or changed:
     (staged_apart);
   - ExperimentAnalysis._fetch_trial_dataframes(self) -> {trial id: DataFrame}, which the
     analysis that Tune's run returns calls in its __init__, replaced for a block
-    (no_result_frames).
+    (no_result_frames); ResultGrid._trial_to_result takes a trial's frame from it with .get.
 Ray is imported only when one of these is called.
 """
 
@@ -149,6 +149,7 @@ def missing() -> list[str]:
     from ray.tune.analysis.experiment_analysis import ExperimentAnalysis
     from ray.tune.execution.tune_controller import TuneController
     from ray.tune.experiment import Trial
+    from ray.tune.result_grid import ResultGrid
 
     gaps = [f"TuneController.{name}" for name in ("_cached_trial_decisions",
                                                    "_queued_trial_decisions")
@@ -161,7 +162,9 @@ def missing() -> list[str]:
         gaps.append("TuneController._maybe_execute_queued_decision(self, trial, after_save)")
     if method_params(ExperimentAnalysis, "_fetch_trial_dataframes") != ["self"] or \
             "self._trial_dataframes = self._fetch_trial_dataframes()" not in \
-            inspect.getsource(ExperimentAnalysis.__init__):
+            inspect.getsource(ExperimentAnalysis.__init__) or \
+            "self._experiment_analysis.trial_dataframes.get(trial.trial_id)" not in \
+            inspect.getsource(ResultGrid._trial_to_result):
         gaps.append("ExperimentAnalysis._fetch_trial_dataframes(self)")
     if not isinstance(inspect.getattr_static(Trial, "is_saving", None), property):
         gaps.append("Trial.is_saving")

@@ -171,7 +171,7 @@ _forks: fork_server.ForkServer | None = None
 def starts_per_core() -> int:
     """How many trial actors may start at once for each core: more where workers are forked
     (hpo.driver.fork_server), where a start costs little CPU."""
-    return fork_server.STARTS_PER_CORE if _forks is not None else 1
+    return fork_server.STARTS_PER_CORE if _forks is not None and _forks.forking else 1
 
 
 def preload_for(trainable: Any) -> None:

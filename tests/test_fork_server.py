@@ -141,12 +141,17 @@ def test_a_server_started_ahead_serves_the_next_embedded_ray(tmp_path: Path) -> 
 
 
 def test_what_was_started_ahead_and_not_taken_ends_with_the_process(tmp_path: Path) -> None:
-    code = ("from hpo.driver import fork_server\n"
+    """... and starting it imports no Ray: hpo.driver.ray_session imports Ray local-only
+    (listening on loopback), which an earlier `import ray` loses (tests/test_loopback.py)."""
+    code = ("import sys\n"
+            "from hpo.driver import fork_server\n"
             "fork_server.start_ahead()\n"
-            "print(fork_server._ahead[1], fork_server._ahead[2]._server.pid, flush=True)\n")
+            "print(fork_server._ahead[1], fork_server._ahead[2]._server.pid, 'ray' in sys.modules,"
+            " flush=True)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
-    run_dir, pid = done.stdout.split()
+    run_dir, pid, imported_ray = done.stdout.split()
+    assert imported_ray == "False"
     assert not Path(run_dir).exists()
     assert _gone(int(pid), timeout_s=15)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.util
 import inspect
 import json
 import logging
@@ -30,6 +31,7 @@ from hpo.cluster.slurm_env import usable_cpus
 from hpo.driver import worker_stub
 
 RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
+SETUP_WORKER = "setup_worker.py"  # ray._private.ray_constants.SETUP_WORKER_FILENAME
 
 # Workers that start at once, for each core (the raylet's, and Tune's trial actors: hpo's
 # start cap). A forked worker's start is mostly round trips (raylet, fork server, GCS) and
@@ -228,10 +230,13 @@ def end_ahead() -> None:
 
 
 def _ray_setup_worker() -> str:
-    from ray._private import ray_constants  # beside ray/_private/workers/
-
-    return str(Path(ray_constants.__file__).with_name("workers")
-               / ray_constants.SETUP_WORKER_FILENAME)
+    """Ray's setup_worker.py, beside its default_worker.py in ray/_private/workers/, found
+    without importing Ray: `hpo run` starts the server before hpo.driver.ray_session imports
+    Ray local-only (loopback), which an earlier `import ray` would lose."""
+    spec = importlib.util.find_spec("ray")
+    places = spec.submodule_search_locations if spec is not None else None
+    root = Path(places[0]) if places else Path("ray")
+    return str(root / "_private" / "workers" / SETUP_WORKER)
 
 
 def missing() -> list[str]:
@@ -239,8 +244,10 @@ def missing() -> list[str]:
     setup_worker.py beside its default_worker.py (the node's worker command and its
     raylet are set and read by hpo.driver.ray_start_private.lean_head)."""
     import ray._raylet
+    from ray._private import ray_constants
 
-    gaps = [] if Path(_ray_setup_worker()).is_file() else [_ray_setup_worker()]
+    gaps = [] if Path(_ray_setup_worker()).is_file() and \
+        ray_constants.SETUP_WORKER_FILENAME == SETUP_WORKER else [_ray_setup_worker()]
     # an unknown _system_config key fails ray.init; Ray's config names are in its library
     keys = Path(ray._raylet.__file__).read_bytes()
     return gaps + [f"Ray config {key}" for key in system_config() if key.encode() not in keys]

@@ -113,9 +113,12 @@ def _ray_and_trainable(spec: Spec, source: str, exp_dir: Path, num_cpus: int | N
     Ray's object store once, for the whole run."""
     with ThreadPoolExecutor(1, thread_name_prefix="hpo-import") as pool:
         importing = pool.submit(translate.user_trainable, spec, source, parameters)
-        pool.submit(translate.import_ahead)  # meanwhile too: what the driver needs next
+        ahead = pool.submit(translate.import_ahead)  # meanwhile too: what the driver needs next
         with _ray_for(spec, source, exp_dir, num_cpus, cluster, keep_ray):
             func, objects = importing.result()
+            # before this thread imports Tune itself: two threads importing pandas at once
+            # can fail ("partially initialized module"; seen once on a connected cluster)
+            ahead.result()
             preload_for(func)
             with objects_in_store(objects) as holder:
                 yield translate.trainable(spec, func, holder)

@@ -155,6 +155,12 @@ def usable_cpus() -> int | None:
     return len(getaffinity(0)) if getaffinity is not None else None
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on; where the platform cannot tell (no affinity mask on
+    macOS), the machine's."""
+    return usable_cpus() or os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class Allocation:
     """The parts of a Slurm job hpo uses to start Ray on it."""

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from hpo.cluster.slurm_env import usable_cpus
+from hpo.cluster.slurm_env import usable_cores
 from hpo.driver import worker_stub
 
 RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
@@ -44,7 +44,7 @@ def system_config() -> dict[str, Any]:
     """The `_system_config` of a node whose workers are forked. Ray's default workers started
     with the node, before any job, carry no job: none is needed when forks are cheap, and
     they could not be forked."""
-    cores = usable_cpus() or os.cpu_count() or 1
+    cores = usable_cores()
     return {"prestart_worker_first_driver": False, "enable_worker_prestart": False,
             "worker_maximum_startup_concurrency": STARTS_PER_CORE * cores}
 

@@ -24,12 +24,11 @@ Ray is imported only when one of these is called.
 from __future__ import annotations
 
 import contextlib
-import os
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from hpo.cluster.slurm_env import usable_cpus
+from hpo.cluster.slurm_env import usable_cores
 from hpo.driver.ray_private import method_params, replaced, sets_or_defines
 
 RAY_VERSION = "2.60.0"  # the version these were read from
@@ -42,7 +41,7 @@ def start_cap(per_core: int = 1) -> int:
     import ray
 
     here = ray.util.get_node_ip_address()
-    mine = usable_cpus() or os.cpu_count() or 1  # no affinity mask on macOS
+    mine = usable_cores()
     cores = [min(cpus, mine * per_core) if node["NodeManagerAddress"] == here else cpus
              for node in ray.nodes() if node["Alive"]
              for cpus in [int(node["Resources"].get("CPU", 0))]]

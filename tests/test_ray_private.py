@@ -326,6 +326,27 @@ def test_a_registered_node_is_found_at_once_and_an_unknown_one_not(tmp_path: Pat
         assert not registered(gcs, NodeID.from_random().hex(), wait_s=0.2)
 
 
+def test_the_embedded_node_looks_for_a_socket_every_20_ms(tmp_path: Path) -> None:
+    """Ray's look for a Unix socket not made yet (the raylet's for its object store's, at
+    its start) retries every 20 ms instead of every second, as long in all: the node's
+    config, as its driver and a worker read it."""
+    import ray
+    from ray._raylet import Config
+
+    from hpo.driver.ray_session import embedded_ray
+    from hpo.driver.ray_start_private import CONNECT_RETRY
+
+    def config() -> tuple[int, int]:
+        return (Config.raylet_client_connect_timeout_milliseconds(),
+                Config.raylet_client_num_connect_attempts())
+
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
+        in_driver = config()
+        in_worker = ray.get(ray.remote(num_cpus=1)(config).remote())
+    assert in_driver == in_worker == (20, 500) == tuple(CONNECT_RETRY.values())
+    assert 20 * 500 == 1000 * 10  # Ray's defaults: 10 looks a second apart
+
+
 def test_a_run_named_as_one_staged_this_second_waits_for_the_next(tmp_path: Path) -> None:
     """Tune stages a run's files under the second it started: a run of the same name in the
     same second on a kept Ray took the last one's trial folders along (the full suite once

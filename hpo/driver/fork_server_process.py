@@ -26,7 +26,9 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
+
+from hpo.driver import worker_stub
 
 RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
 
@@ -48,6 +50,14 @@ _MAX_REQUEST = 1 << 20  # one request: the stub's arguments and environment
 # Ray's C++ side reads these from the environment once, at `import ray`: a fork serves only
 # workers whose values match the server's (one job's workers on one node).
 PER_PROCESS = ("RAY_JOB_ID", "RAY_RAYLET_PID")
+
+
+class Request(NamedTuple):
+    """What a stub asks for: the worker's working directory, arguments and environment."""
+
+    cwd: str
+    args: list[str]
+    env: dict[str, str]
 
 
 class _Orders:
@@ -132,13 +142,13 @@ class _Server:
     def _request(self, conn: socket.socket) -> None:
         self._selector.unregister(conn)
         fds: list[int] = []
+        request: Request | None = None
         try:
             message, fds, _, _ = socket.recv_fds(conn, _MAX_REQUEST, 3)
-            request = json.loads(message)
+            request = _forkable(*worker_stub.decoded(message))
         except (OSError, ValueError):  # the stub went, or sent what no stub sends
-            request = {}
-        env = request.get("env", {})
-        if len(fds) != 3 or any(env.get(name) != os.environ.get(name) for name in PER_PROCESS):
+            pass
+        if len(fds) != 3 or request is None:
             for fd in fds:
                 os.close(fd)
             with contextlib.suppress(OSError):
@@ -196,7 +206,17 @@ def _close(fileobj: Any) -> None:
         fileobj.close()
 
 
-def _become_worker(request: dict[str, Any], fds: list[int]) -> NoReturn:
+def _forkable(executable: str, cwd: str, args: list[str], env: dict[str, str]) -> Request | None:
+    """The worker a stub asks for, where a fork of this server can be it: a plain Python
+    worker of this node's job (worker_stub.forkable), else None."""
+    if any(env.get(name) != os.environ.get(name) for name in PER_PROCESS):
+        return None
+    if not worker_stub.forkable(args, env, executable):
+        return None
+    return Request(cwd, args, env)
+
+
+def _become_worker(request: Request, fds: list[int]) -> NoReturn:
     """In the fork: turn into the worker the stub's arguments describe; never returns."""
     code: Any = 1
     try:
@@ -205,10 +225,10 @@ def _become_worker(request: dict[str, Any], fds: list[int]) -> NoReturn:
             os.close(fd)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
-        os.chdir(request["cwd"])
+        os.chdir(request.cwd)
         os.environ.clear()
-        os.environ.update(request["env"])
-        sys.argv = _as_setup_worker(request["args"])
+        os.environ.update(request.env)
+        sys.argv = _as_setup_worker(request.args)
         _fresh_state()
         code = 0
         import runpy

@@ -62,6 +62,12 @@ NODE_LOOK_S = 0.02
 NODE_SLOW_LOOK_S = 0.2  # after NODE_FAST_S: a raylet that slow is starting on a busy node
 NODE_FAST_S = 2.0
 NODE_WAIT_S = 30.0  # Ray's own limit (raylet_start_wait_time_s); then Ray's look and error
+# Ray's look for a Unix socket not made yet retries every raylet_client_connect_timeout_
+# milliseconds (1000), 10 times. At a node's start the raylet looks for its object store's
+# socket, made by a thread of its own: on 2 cores it lost that race in 3 of 8 starts and
+# slept a whole second before it went on. Every 20 ms instead, as long in all.
+CONNECT_RETRY = {"raylet_client_connect_timeout_milliseconds": 20,
+                 "raylet_client_num_connect_attempts": 500}
 WORKER_COMMAND = "--python_worker_command="  # the raylet's arguments
 AGENT_COMMAND = "--dashboard_agent_command="
 
@@ -224,6 +230,7 @@ def dashboard_deps_missing() -> ImportError | None:
 
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
+    import ray._raylet
     from ray._private import services
     from ray._private import utils as ray_utils
     from ray._private.node import Node
@@ -253,7 +260,9 @@ def missing() -> list[str]:
     if "get_all_node_info" not in inspect.getsource(services):  # Cython: no signature
         gaps.append(f"{GcsClient.__name__}.get_all_node_info(timeout=, node_selectors=, "
                     "state_filter=)")
-    return gaps
+    # an unknown _system_config key fails ray.init; Ray's config names are in its library
+    names = Path(ray._raylet.__file__).read_bytes()
+    return gaps + [f"Ray config {key}" for key in CONNECT_RETRY if key.encode() not in names]
 
 
 def _worker_command_gaps() -> list[str]:

@@ -326,24 +326,37 @@ def test_a_registered_node_is_found_at_once_and_an_unknown_one_not(tmp_path: Pat
         assert not registered(gcs, NodeID.from_random().hex(), wait_s=0.2)
 
 
-def test_the_embedded_node_looks_for_a_socket_every_20_ms(tmp_path: Path) -> None:
+def test_the_embedded_node_looks_for_sockets_often_and_records_no_task_events(
+        tmp_path: Path) -> None:
     """Ray's look for a Unix socket not made yet (the raylet's for its object store's, at
-    its start) retries every 20 ms instead of every second, as long in all: the node's
-    config, as its driver and a worker read it."""
+    its start) retries every 20 ms instead of every second, as long in all, as the driver
+    and a worker read their config; and no task events are recorded (the dashboard's, which
+    an embedded run has not): the node's config, as its GCS was started with it."""
+    import base64
+    import json
+
     import ray
+    from ray._private import ray_constants
     from ray._raylet import Config
 
     from hpo.driver.ray_session import embedded_ray
-    from hpo.driver.ray_start_private import CONNECT_RETRY
+    from hpo.driver.ray_start_private import NODE_CONFIG
 
-    def config() -> tuple[int, int]:
+    def connect_config() -> tuple[int, int]:
         return (Config.raylet_client_connect_timeout_milliseconds(),
                 Config.raylet_client_num_connect_attempts())
 
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
-        in_driver = config()
-        in_worker = ray.get(ray.remote(num_cpus=1)(config).remote())
-    assert in_driver == in_worker == (20, 500) == tuple(CONNECT_RETRY.values())
+        in_driver = connect_config()
+        in_worker = ray.get(ray.remote(num_cpus=1)(connect_config).remote())
+        node = ray._private.worker._global_node
+        gcs = node.all_processes[ray_constants.PROCESS_TYPE_GCS_SERVER][0].process.pid
+        args = Path(f"/proc/{gcs}/cmdline").read_bytes().decode().split("\0")
+    config_list = next(arg for arg in args if arg.startswith("--config_list="))
+    node_config = json.loads(base64.b64decode(config_list.split("=", 1)[1]))
+    assert in_driver == in_worker == (20, 500)
+    assert node_config.items() >= NODE_CONFIG.items()
+    assert NODE_CONFIG["task_events_report_interval_ms"] == 0
     assert 20 * 500 == 1000 * 10  # Ray's defaults: 10 looks a second apart
 
 

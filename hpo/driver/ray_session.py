@@ -202,7 +202,7 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                      _temp_dir=str(run_dir / "r"), log_to_driver=False,
                      logging_level=logging.WARNING,
-                     _system_config={**ray_start_private.CONNECT_RETRY,
+                     _system_config={**ray_start_private.NODE_CONFIG,
                                      **(fork_server.system_config() if forks else {})})
     except BaseException:
         stack.close()  # undo what was done

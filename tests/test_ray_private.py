@@ -402,3 +402,39 @@ def test_tunes_fit_reads_no_trials_results_back_within_the_block(tmp_path: Path)
     assert within.metrics_dataframe is None
     assert len((Path(within.path) / "result.json").read_text().splitlines()) == 3
     assert list(after.metrics_dataframe["step"]) == [0, 1, 2]
+
+
+def test_tunes_registry_asks_the_gcs_once_per_entry_within_the_block(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tune looks a trainable up by name several times a trial, each look a round trip to
+    the GCS: within registry_read_once the first look asks, the others answer from memory
+    with what Tune itself answers, and registering again asks anew."""
+    from ray.tune import registry
+
+    from hpo.driver.ray_fit_private import registry_read_once
+    from hpo.driver.ray_session import embedded_ray
+
+    asked: list[bytes] = []
+    ask = registry._internal_kv_get
+    monkeypatch.setattr(registry, "_internal_kv_get", lambda key: asked.append(key) or ask(key))
+
+    def first(config: dict[str, Any]) -> None:
+        pass
+
+    def second(config: dict[str, Any]) -> None:
+        pass
+
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
+        registry.register_trainable("looked_up", first)
+        tunes_own = registry.get_trainable_cls("looked_up")
+        asked.clear()
+        with registry_read_once():
+            looks = [registry.get_trainable_cls("looked_up") for _ in range(5)]
+            after_first = len(asked)
+            registry.register_trainable("looked_up", second)
+            again = registry.get_trainable_cls("looked_up")
+            within = len(asked)
+        outside = registry.get_trainable_cls("looked_up")
+    assert after_first == 2  # the first look's contains and get; none after
+    assert all(look is tunes_own for look in looks)
+    assert within == 4 and again is outside is not tunes_own

@@ -14,8 +14,10 @@ Workloads (issue 36):
   scale64     64 workers, 640 trials x 20 steps x 0.2 s (ideal wall 40 s).
 Utilisation = trial time / (workers x the process's whole wall); "steady" uses the span from
 the first trial's start to the last one's end instead; "start" is the launch to the first
-trial's first step. "CPU/trial": CPU seconds of the tool's processes (the trials only sleep),
-sampled from /proc every 0.5 s, so a lower bound. hpo-warm: `hpo run` on a warm local Ray
+trial's first step, "ramp" from there to the start of the trial that made all workers busy
+(the workers-th to start), "end" the last step to the process's exit. "CPU/trial": CPU
+seconds of the tool's processes (the trials only sleep), sampled from /proc every 0.5 s, so
+a lower bound. hpo-warm: `hpo run` on a warm local Ray
 (`hpo local up` before the timed run, `hpo local down` after, neither timed). Peers run from
 their own venvs (--syne-python, --deephyper-python: a venv with `syne-tune` / `deephyper`
 installed), left out when not given.
@@ -90,9 +92,12 @@ def one_run(python: str, tool: str, workload: str, work: Path) -> dict[str, floa
     if timed.returncode or len(done) < trials:
         raise RuntimeError(f"{tool} {workload}: rc {timed.returncode}, {len(done)}/{trials} "
                            f"trials\n{timed.stderr[-1500:]}")
-    first, last = min(d["first"] for d in done), max(d["last"] for d in done)
+    firsts = sorted(d["first"] for d in done)
+    first, last = firsts[0], max(d["last"] for d in done)
     busy = trials * steps * sleep_s
     return {"wall_s": timed.wall_s, "start_s": first - timed.start_epoch,
+            "ramp_s": firsts[min(workers, trials) - 1] - first,
+            "end_s": timed.start_epoch + timed.wall_s - last,
             "results_per_s": trials * steps / (last - first),
             "whole_results_per_s": trials * steps / timed.wall_s,
             "utilisation": busy / (workers * timed.wall_s),
@@ -127,12 +132,13 @@ def rows(runs: dict[tuple[str, str], list[dict[str, float]]]) -> list[list[Any]]
                     f"{med('whole_results_per_s'):.0f})" if workload == "throughput"
                     else f"{med('utilisation'):.2f} (steady {med('steady'):.2f})")
         out.append([workload, tool, len(done), measure_, f"{med('start_s'):.1f}",
-                    f"{med('wall_s'):.1f}", f"{med('cpu_per_trial'):.3f}"])
+                    f"{med('ramp_s'):.1f}", f"{med('end_s'):.1f}", f"{med('wall_s'):.1f}",
+                    f"{med('cpu_per_trial'):.3f}"])
     return out
 
 
 HEADER = ["workload", "tool", "runs", "throughput / utilisation (median)", "start s",
-          "wall s", "CPU s/trial"]
+          "ramp s", "end s", "wall s", "CPU s/trial"]
 
 
 def main() -> None:

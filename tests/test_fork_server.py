@@ -246,10 +246,10 @@ def test_the_stub_forks_only_plain_python_workers(context: dict[str, Any],
     assert not worker_stub.forkable([*args[:2], "--language=JAVA", args[3]])
 
 
-def test_a_stub_imports_only_modules_built_into_python(tmp_path: Path) -> None:
-    """A stub runs once per worker: its own imports are the interpreter's built-in modules
-    (the standard library's socket, json, re and contextlib cost it 20 of 33 ms). With no
-    server to ask, it becomes Ray's setup_worker.py, with its arguments."""
+def test_a_stub_imports_only_the_interpreters_c_modules(tmp_path: Path) -> None:
+    """A stub runs once per worker: its own imports are the interpreter's C modules, no
+    Python source (the standard library's socket, json, re and contextlib cost it 20 of
+    33 ms). With no server to ask, it becomes Ray's setup_worker.py, with its arguments."""
     setup = tmp_path / "setup_worker.py"
     setup.write_text("import sys\nprint('setup', *sys.argv[1:])\n")
     env = {**os.environ, worker_stub.SERVER_ENV: str(tmp_path / "no.sock"),
@@ -265,13 +265,46 @@ def test_a_stub_imports_only_modules_built_into_python(tmp_path: Path) -> None:
 
 
 def test_a_request_reads_back_as_the_stub_sent_it() -> None:
-    args = ["default_worker.py", "--x=a=b", "caf\udce9", ""]
+    """Each field as the operating system gave it, undecodable bytes included (os.fsdecode's
+    surrogates)."""
+    args = ["default_worker.py", "--x=a=b", os.fsdecode(b"caf\xe9"), ""]
     environ = {b"A": b"1=2", b"PATH": b"/bin:/usr/bin", b"EMPTY": b"", b"RAW": b"\xe9"}
-    message = worker_stub.encoded("/venv/bin/python", "/work dir", args, environ)
+    message = worker_stub.encoded("/venv/bin/python", b"/work dir/\xe9", args, environ)
     assert worker_stub.decoded(message) == (
-        "/venv/bin/python", "/work dir", args,
-        {"A": "1=2", "PATH": "/bin:/usr/bin", "EMPTY": "", "RAW": "\udce9"})
-    assert worker_stub.decoded(worker_stub.encoded(sys.executable, "/", [], {}))[2:] == ([], {})
+        "/venv/bin/python", os.fsdecode(b"/work dir/\xe9"), args,
+        {"A": "1=2", "PATH": "/bin:/usr/bin", "EMPTY": "", "RAW": os.fsdecode(b"\xe9")})
+    assert worker_stub.decoded(worker_stub.encoded(sys.executable, b"/", [], {}))[1:] == (
+        "/", [], {})
+
+
+def test_the_server_answers_what_no_stub_sends_with_no_fork_and_keeps_no_descriptor(
+        tmp_path: Path) -> None:
+    """Garbage, a runtime-env context that is not an object, a request without the stub's
+    three descriptors: each gets -1 (the stub then starts the worker as Ray would), and the
+    server holds no descriptor of them after."""
+    import socket
+
+    from hpo.driver import ray_session
+
+    args = ["default_worker.py", "--serialized-runtime-env-context=[]"]
+    requests = [(b"garbage", [0, 1, 2]),
+                (worker_stub.encoded(sys.executable, b"/", args, {}), [0, 1, 2]),
+                (worker_stub.encoded(sys.executable, b"/", args[:1], {}), [])]
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
+        forks = ray_session._forks
+        assert forks is not None
+        ray.get(Probe.remote().facts.remote())  # the server is serving
+        server_fds = Path(f"/proc/{forks._server.pid}/fd")
+        before = len(list(server_fds.iterdir()))
+        replies = []
+        for message, fds in requests:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
+                conn.connect(str(forks._path))
+                socket.send_fds(conn, [message], fds)
+                replies.append(conn.recv(4))
+        after = len(list(server_fds.iterdir()))
+    assert replies == [(-1).to_bytes(4, "big", signed=True)] * 3
+    assert after == before
 
 
 def test_the_server_judges_a_stub_by_the_stubs_own_environment() -> None:

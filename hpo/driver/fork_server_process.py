@@ -144,10 +144,13 @@ class _Server:
         fds: list[int] = []
         request: Request | None = None
         try:
-            message, fds, _, _ = socket.recv_fds(conn, _MAX_REQUEST, 3)
-            request = _forkable(*worker_stub.decoded(message))
-        except (OSError, ValueError):  # the stub went, or sent what no stub sends
+            message, fds, flags, _ = socket.recv_fds(conn, _MAX_REQUEST, 3)
+            if not flags & socket.MSG_TRUNC:
+                request = _forkable(*worker_stub.decoded(message))
+        except OSError:  # the stub went
             pass
+        except Exception:  # noqa: BLE001  what no stub sends (the fds are closed below)
+            traceback.print_exc()
         if len(fds) != 3 or request is None:
             for fd in fds:
                 os.close(fd)

@@ -66,8 +66,10 @@ NODE_WAIT_S = 30.0  # Ray's own limit (raylet_start_wait_time_s); then Ray's loo
 # every raylet_client_connect_timeout_milliseconds (1000), 10 times: at a node's start the
 # raylet looks for its object store's socket, made by a thread of its own, and on 2 cores it
 # lost that race in 3 of 8 starts and slept a whole second; every 20 ms instead, as long in
-# all. Task events (each task's states, sent to the GCS every second) feed Ray's dashboard
-# and state API only, which an embedded run has none of: the GCS spent 0.3 of 0.9 CPU-s on
+# all (a raylet or worker then logs each look after the first: up to 499 lines, not 9).
+# Task events (each task's states, sent to the GCS every second) feed Ray's dashboard, its
+# state API and ray.timeline() only: an embedded run has no dashboard, and neither Tune nor
+# hpo reads them (a kept Ray's ray.timeline() is empty). The GCS spent 0.3 of 0.9 CPU-s on
 # them in a run of 160 trials on 32 workers, and a driver's ray.shutdown waited up to
 # 0.25 s for their last flush.
 NODE_CONFIG = {"raylet_client_connect_timeout_milliseconds": 20,

@@ -312,6 +312,22 @@ def test_an_attribute_ray_no_longer_sets_is_named(monkeypatch: pytest.MonkeyPatc
     assert ray_private.missing() == [".".join(gone)]
 
 
+def test_a_config_key_ray_does_not_name_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both adapters that set `_system_config` keys name one Ray's library lacks (one check,
+    hpo.driver.ray_private.unknown_config_keys)."""
+    from hpo.driver import fork_server, ray_private, ray_start_private
+
+    assert ray_private.unknown_config_keys(
+        ["raylet_client_num_connect_attempts", "raylet_client_num", "no_such_key"]) == [
+        "raylet_client_num", "no_such_key"]  # a name's head is not the name
+    monkeypatch.setattr(ray_start_private, "NODE_CONFIG",
+                        {**ray_start_private.NODE_CONFIG, "gone_node_key": 1})
+    assert ray_start_private.missing() == ["Ray config gone_node_key"]
+    real = fork_server.system_config
+    monkeypatch.setattr(fork_server, "system_config", lambda: {**real(), "gone_fork_key": 0})
+    assert fork_server.missing() == ["Ray config gone_fork_key"]
+
+
 def test_a_registered_node_is_found_at_once_and_an_unknown_one_not(tmp_path: Path) -> None:
     """The look `ray.init` makes before Ray's own (which sleeps 1 s between its looks)."""
     import ray

@@ -29,6 +29,7 @@ from typing import Any
 
 from hpo.cluster.slurm_env import usable_cores
 from hpo.driver import worker_stub
+from hpo.driver.ray_private import unknown_config_keys
 
 RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
 SETUP_WORKER = "setup_worker.py"  # ray._private.ray_constants.SETUP_WORKER_FILENAME
@@ -243,11 +244,8 @@ def missing() -> list[str]:
     """What this module reads of Ray's private parts that the installed Ray lacks: Ray's
     setup_worker.py beside its default_worker.py (the node's worker command and its
     raylet are set and read by hpo.driver.ray_start_private.lean_head)."""
-    import ray._raylet
     from ray._private import ray_constants
 
     gaps = [] if Path(_ray_setup_worker()).is_file() and \
         ray_constants.SETUP_WORKER_FILENAME == SETUP_WORKER else [_ray_setup_worker()]
-    # an unknown _system_config key fails ray.init; Ray's config names are in its library
-    keys = Path(ray._raylet.__file__).read_bytes()
-    return gaps + [f"Ray config {key}" for key in system_config() if key.encode() not in keys]
+    return gaps + [f"Ray config {key}" for key in unknown_config_keys(system_config())]

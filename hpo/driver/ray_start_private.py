@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.driver.ray_private import replaced, sets_or_defines, source_of
+from hpo.driver.ray_private import replaced, sets_or_defines, source_of, unknown_config_keys
 
 RAY_VERSION = "2.60.0"  # the version these were read from
 
@@ -237,7 +237,6 @@ def dashboard_deps_missing() -> ImportError | None:
 
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
-    import ray._raylet
     from ray._private import services
     from ray._private import utils as ray_utils
     from ray._private.node import Node
@@ -267,9 +266,7 @@ def missing() -> list[str]:
     if "get_all_node_info" not in inspect.getsource(services):  # Cython: no signature
         gaps.append(f"{GcsClient.__name__}.get_all_node_info(timeout=, node_selectors=, "
                     "state_filter=)")
-    # an unknown _system_config key fails ray.init; Ray's config names are in its library
-    names = Path(ray._raylet.__file__).read_bytes()
-    return gaps + [f"Ray config {key}" for key in NODE_CONFIG if key.encode() not in names]
+    return gaps + [f"Ray config {key}" for key in unknown_config_keys(NODE_CONFIG)]
 
 
 def _worker_command_gaps() -> list[str]:

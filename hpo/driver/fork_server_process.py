@@ -6,8 +6,10 @@ process the raylet started, Ray's runtime-env variables applied as setup_worker.
 them, SIGINT blocked as in Ray's processes, and the random generators that would have been
 seeded afresh (Python's own reseeds at fork; NumPy's global one is reseeded here). Nothing in
 the server uses a CUDA device or a connection before it forks. What forks share that fresh
-workers would not: the interpreter's string hash seed (the order of a set of strings), and
-the modules the server imported (those a worker imports anyway before its first trial).
+workers would not: the interpreter's string hash seed (the order of a set of strings), the
+modules the server imported (those a worker imports anyway before its first trial), and
+what hpo.driver.fork_server_warm did once for all (the worker script's code, compiled; the
+regular expressions Ray's worker compiles, in `re`'s cache).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
-from hpo.driver import worker_stub
+from hpo.driver import fork_server_warm, worker_stub
 
 RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
 
@@ -234,9 +236,7 @@ def _become_worker(request: Request, fds: list[int]) -> NoReturn:
         sys.argv = _as_setup_worker(request.args)
         _fresh_state()
         code = 0
-        import runpy
-
-        runpy.run_path(sys.argv[0], run_name="__main__")
+        fork_server_warm.run_as_main(sys.argv[0])
     except SystemExit as exc:
         code = exc.code
     except BaseException:
@@ -303,6 +303,7 @@ def main(listener_fd: int, orders_fd: int) -> None:
                 pass
             except Exception:  # the worker imports it itself, and meets the error there
                 traceback.print_exc()
+    _prepare_forks()
     if not _fresh_ray_ids():
         print("hpo fork server: forks would share Ray's random IDs; not forking",
               file=sys.stderr, flush=True)
@@ -310,6 +311,17 @@ def main(listener_fd: int, orders_fd: int) -> None:
     gc.collect()
     gc.freeze()  # the forks share these pages instead of copying them at their first GC
     _Server(listener, orders).run(parent)
+
+
+def _prepare_forks() -> None:
+    """Do once what each worker would redo (hpo.driver.fork_server_warm); a failure costs
+    only that time."""
+    from ray._private.workers import default_worker
+
+    try:
+        fork_server_warm.prepare(default_worker.__file__)
+    except Exception:  # noqa: BLE001  the workers compile for themselves, as without it
+        traceback.print_exc()
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ embedded Ray (Tune's staging folder lives in the Ray session).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -145,6 +146,26 @@ def test_tensorboard_writes_at_once_and_flushes_on_a_timer_and_at_close(
     writer.close()  # the close flushes what is left
     assert tensorboard_scalars(tmp_path, "ray/tune/score") == {s: s for s in range(3, 54)}
     assert _purge_marks(tmp_path) == [3]
+
+
+def test_tensorboard_hands_its_events_to_the_os_without_an_fsync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush (on the timer) and a close reach the file, not the disk: tensorboardX's
+    fsync at each was a blocking wait in the driver's loop at every trial's end."""
+    from hpo.driver.plugins import tb_events
+
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    now = [0.0]
+    writer = tb_events.TimedSummaryWriter(str(tmp_path), clock=lambda: now[0])
+    writer.add_scalar("ray/tune/score", 1.0, global_step=1)
+    now[0] += tb_events.FLUSH_S
+    writer.flush()
+    assert tensorboard_scalars(tmp_path, "ray/tune/score") == {1: 1.0}
+    writer.add_scalar("ray/tune/score", 2.0, global_step=2)
+    writer.close()
+    assert tensorboard_scalars(tmp_path, "ray/tune/score") == {1: 1.0, 2: 2.0}
+    assert synced == []
 
 
 def test_tensorboard_writes_a_results_scalars_as_one_event(tmp_path: Path) -> None:

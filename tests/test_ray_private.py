@@ -328,6 +328,43 @@ def test_a_config_key_ray_does_not_name_is_named(monkeypatch: pytest.MonkeyPatch
     assert fork_server.missing() == ["Ray config gone_fork_key"]
 
 
+def test_an_artifact_sync_inside_its_period_ends_before_any_path_or_listing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside the sync period a result's artifact sync returns before Ray builds a path or
+    lists the working dir; after it, and when forced, Ray's own runs (and lists)."""
+    import os
+    import time
+
+    from ray.train import SyncConfig
+    from ray.train._internal.storage import StorageContext
+
+    from hpo.trial import ray_private
+
+    rays = StorageContext.persist_artifacts
+    monkeypatch.setattr(StorageContext, "persist_artifacts", rays)  # Ray's again after the test
+    ray_private.artifact_syncs_timed_first()
+    ray_private.artifact_syncs_timed_first()  # once: not wrapped twice
+    assert StorageContext.persist_artifacts.__wrapped__ is rays
+    working = tmp_path / "working"
+    working.mkdir()
+    monkeypatch.setattr(StorageContext, "trial_working_directory", property(
+        lambda self: str(working)))
+    listed: list[Any] = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path: listed.append(path) or real_scandir(path))
+    storage = StorageContext(storage_path=str(tmp_path / "store"), experiment_dir_name="exp",
+                             trial_dir_name="trial",
+                             sync_config=SyncConfig(sync_artifacts=True, sync_period=300))
+    storage.syncer.last_sync_up_time = time.time()  # just synced
+    storage.persist_artifacts()
+    assert listed == []
+    storage.persist_artifacts(force=True)
+    assert listed == [str(working)]
+    storage.syncer.last_sync_up_time -= 301  # the period has passed
+    storage.persist_artifacts()
+    assert listed == [str(working)] * 2
+
+
 def test_a_registered_node_is_found_at_once_and_an_unknown_one_not(tmp_path: Path) -> None:
     """The look `ray.init` makes before Ray's own (which sleeps 1 s between its looks)."""
     import ray

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.trial import cost, placement, session
+from hpo.trial import cost, placement, ray_private, session
 from hpo.trial.session import Trainable, tune_storage
 
 
@@ -29,6 +29,7 @@ def with_session(func: Trainable, checkpoint_every: int, cpus: float = 1) -> Tra
 
     @functools.wraps(func)
     def run_trial(config: dict[str, Any]) -> Any:
+        ray_private.artifact_syncs_timed_first()
         _keep_earlier_output()
         _use_cpus(cpus)
         placement.pin_near(placement.own_gpus(), int(cpus))

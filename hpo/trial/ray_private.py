@@ -9,13 +9,20 @@ Ray and fails loudly when one is gone or changed:
       .last_report_time (time.time() when the session started or last reported),
       .continue_lock (a Semaphore the training thread acquires after each report, to wait
       until Tune asks for the next one) and ._first_report (True: Tune's next get_next()
-      does not release continue_lock, as at a session's start).
+      does not release continue_lock, as at a session's start);
+  - ray.train._internal.storage.StorageContext.persist_artifacts(self, force=False), called
+    at every result (by the session's report and by Tune's Trainable.train): unless forced it
+    ends in .syncer.sync_up_if_needed(...), which syncs only once .syncer.sync_period has
+    passed since .syncer.last_sync_up_time; replaced (artifact_syncs_timed_first) by one that
+    looks at that time first.
 Ray is imported only when one of these is called (`import hpo` must not import Ray).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
+import time
 from typing import Any
 
 RAY_VERSION = "2.60.0"  # the version these were read from
@@ -51,6 +58,30 @@ def train_on() -> None:
         session._first_report = True
 
 
+def artifact_syncs_timed_first() -> None:
+    """Have Ray's StorageContext.persist_artifacts return at once, unless forced, while its
+    syncer's period (SyncConfig.sync_period, 300 s) has not passed since the last sync. Ray
+    builds the trial's working-dir and storage paths (pathlib, several times) and lists the
+    working dir before it looks at that time, twice a result: 60% of a worker's time per
+    result (py-spy, a trial reporting without sleeping). What it decides stays Ray's: a forced
+    sync, or one once the period has passed, runs as before. Once per process."""
+    from ray.train._internal.storage import StorageContext
+
+    original = StorageContext.persist_artifacts
+    if getattr(original, "timed_first", False):
+        return
+
+    @functools.wraps(original)
+    def persist_artifacts(self: Any, force: bool = False) -> None:
+        syncer = self.syncer
+        if not force and time.time() - syncer.last_sync_up_time < syncer.sync_period:
+            return None  # what sync_up_if_needed would decide, after the paths and the listing
+        return original(self, force=force)
+
+    persist_artifacts.timed_first = True  # type: ignore[attr-defined]
+    StorageContext.persist_artifacts = persist_artifacts
+
+
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
     from ray.train._internal import session
@@ -72,4 +103,18 @@ def missing() -> list[str]:
         gaps.append("_TrainSession.get_next() releasing continue_lock unless _first_report")
     gaps += [f"StorageContext.{name}" for name in ("trial_fs_path", "trial_working_directory")
              if not isinstance(inspect.getattr_static(StorageContext, name, None), property)]
-    return gaps
+    return gaps + _artifact_sync_gaps()
+
+
+def _artifact_sync_gaps() -> list[str]:
+    from ray.train._internal.storage import StorageContext
+    from ray.train._internal.syncer import Syncer
+
+    persist = inspect.unwrap(StorageContext.persist_artifacts)
+    if list(inspect.signature(persist).parameters) != ["self", "force"] or \
+            "self.syncer.sync_up_if_needed(" not in inspect.getsource(persist):
+        return ["StorageContext.persist_artifacts(self, force) -> syncer.sync_up_if_needed"]
+    if "if now - self.last_sync_up_time >= self.sync_period:" not in \
+            inspect.getsource(Syncer.sync_up_if_needed):
+        return ["Syncer.sync_up_if_needed: syncs once sync_period passed since last_sync_up_time"]
+    return []

@@ -11,7 +11,7 @@ import ray
 from ray.exceptions import RayError, RayTaskError
 
 from hpo.spec.model import Distributed
-from hpo.trial import cost
+from hpo.trial import cost, ray_private
 from hpo.trial.ranks import pool
 from hpo.trial.ranks.channel import Files, pack_folder, unpack_folder
 from hpo.trial.ranks.rank import RankEnd, run_rank
@@ -32,6 +32,7 @@ def distributed_trainable(func: Trainable, spec: Distributed, checkpoint_every: 
     def run_trial(config: dict[str, Any]) -> None:
         # metered from here: a reused trial process's session still holds the last trial's
         # report time, which the cost would otherwise start from
+        ray_private.artifact_syncs_timed_first()
         with cost.metered():
             _run_ranks(func, config, spec, checkpoint_every)
 

@@ -25,16 +25,19 @@ from pathlib import Path
 from hpo.driver import fork_server_warm
 script, out, ahead = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
 if ahead:
-    fork_server_warm.prepare(str(script))
+    fork_server_warm.prepare_script(str(script))
 script.write_text(script.read_text().replace("'first'", "'rewritten'"))
 sys.argv = [str(script), "--flag"]
 fork_server_warm.run_as_main(str(script))
 """
 _SCRIPT = """
 import json, sys
+def annotated(x: int) -> None:
+    pass
 json.dump({"version": 'first', "name": __name__, "file": __file__, "argv": sys.argv,
            "main": sys.modules["__main__"].__dict__ is globals(),
-           "cached": __cached__, "package": __package__}, open(%r, "w"))
+           "cached": __cached__, "package": __package__,
+           "annotation": repr(annotated.__annotations__["x"])}, open(%r, "w"))
 """
 
 
@@ -49,7 +52,8 @@ def test_the_worker_script_runs_as_main_from_the_code_compiled_ahead(tmp_path: P
     # compiled ahead: the code as it was at prepare; else runpy reads the file as it is now
     assert seen.pop("version") == ("first" if ahead else "rewritten")
     assert seen == {"name": "__main__", "file": str(script), "argv": [str(script), "--flag"],
-                    "main": True, "cached": None, "package": ""}
+                    "main": True, "cached": None, "package": "",
+                    "annotation": "<class 'int'>"}  # not the compiling module's __future__
 
 
 def test_prepare_puts_rays_accelerator_patterns_in_the_regex_cache() -> None:
@@ -57,9 +61,8 @@ def test_prepare_puts_rays_accelerator_patterns_in_the_regex_cache() -> None:
     program = """
 import re, re._compiler
 from ray._private.accelerators import get_all_accelerator_resource_names
-from ray._private.workers import default_worker
 from hpo.driver import fork_server_warm
-fork_server_warm.prepare(default_worker.__file__)
+fork_server_warm.prepare()
 def refuse(*args, **kwargs):
     raise AssertionError("compiled again")
 re._compiler.compile = refuse
@@ -86,9 +89,12 @@ def test_a_pattern_ray_no_longer_matches_is_named(monkeypatch: pytest.MonkeyPatc
 
 @ray.remote(num_cpus=1)
 class MainScript:
-    def path(self) -> tuple[str, str, str]:
+    def path(self) -> tuple[str, str, str, bool]:
+        from hpo.driver import fork_server_warm
+
         parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ")
-        return sys.argv[0], sys.modules["__main__"].__file__, parent.decode()
+        return (sys.argv[0], sys.modules["__main__"].__file__, parent.decode(),
+                sys.argv[0] in fork_server_warm._compiled)
 
 
 def test_a_forked_workers_main_is_the_script_the_server_compiled(tmp_path: Path) -> None:
@@ -97,6 +103,7 @@ def test_a_forked_workers_main_is_the_script_the_server_compiled(tmp_path: Path)
     from ray._private.workers import default_worker
 
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
-        argv0, main_file, parent = ray.get(MainScript.remote().path.remote())
+        argv0, main_file, parent, compiled_ahead = ray.get(MainScript.remote().path.remote())
     assert "hpo.driver.fork_server_process" in parent  # a fork
     assert argv0 == main_file == default_worker.__file__
+    assert compiled_ahead  # the server's prepare ran (a failure there is only printed)

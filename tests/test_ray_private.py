@@ -331,7 +331,8 @@ def test_a_config_key_ray_does_not_name_is_named(monkeypatch: pytest.MonkeyPatch
 def test_an_artifact_sync_inside_its_period_ends_before_any_path_or_listing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Inside the sync period a result's artifact sync returns before Ray builds a path or
-    lists the working dir; after it, and when forced, Ray's own runs (and lists)."""
+    lists the working dir; the first, those after the period and forced ones are Ray's own
+    (they list the dir; the first sets the period's start)."""
     import os
     import time
 
@@ -347,6 +348,7 @@ def test_an_artifact_sync_inside_its_period_ends_before_any_path_or_listing(
     assert StorageContext.persist_artifacts.__wrapped__ is rays
     working = tmp_path / "working"
     working.mkdir()
+    (working / "stdout").write_text("a trial's output\n")
     monkeypatch.setattr(StorageContext, "trial_working_directory", property(
         lambda self: str(working)))
     listed: list[Any] = []
@@ -355,14 +357,18 @@ def test_an_artifact_sync_inside_its_period_ends_before_any_path_or_listing(
     storage = StorageContext(storage_path=str(tmp_path / "store"), experiment_dir_name="exp",
                              trial_dir_name="trial",
                              sync_config=SyncConfig(sync_artifacts=True, sync_period=300))
-    storage.syncer.last_sync_up_time = time.time()  # just synced
-    storage.persist_artifacts()
-    assert listed == []
-    storage.persist_artifacts(force=True)
+    storage.persist_artifacts()  # the first: Ray's, which syncs and starts the period
+    storage.syncer.wait()
     assert listed == [str(working)]
+    assert storage.syncer.last_sync_up_time > time.time() - 60
+    storage.persist_artifacts()  # inside the period
+    assert listed == [str(working)]
+    storage.persist_artifacts(force=True)
+    assert listed == [str(working)] * 2
     storage.syncer.last_sync_up_time -= 301  # the period has passed
     storage.persist_artifacts()
-    assert listed == [str(working)] * 2
+    storage.syncer.wait()
+    assert listed == [str(working)] * 3
 
 
 def test_a_registered_node_is_found_at_once_and_an_unknown_one_not(tmp_path: Path) -> None:

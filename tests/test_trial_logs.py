@@ -168,6 +168,35 @@ def test_tensorboard_hands_its_events_to_the_os_without_an_fsync(
     assert synced == []
 
 
+def test_tensorboard_event_files_are_tensorboardxs_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hpo's event file (no fsync) holds the bytes tensorboardX's EventsWriter writes: its
+    name, its first event and each record's framing and checksums."""
+    import socket
+    import time
+
+    from tensorboardX.event_file_writer import EventsWriter
+    from tensorboardX.proto.event_pb2 import Event
+
+    from hpo.driver.plugins import tb_events
+
+    monkeypatch.setattr(time, "time", lambda: 1795000000.25)
+    monkeypatch.setattr(socket, "gethostname", lambda: "node-7")
+    events = [Event(step=step, wall_time=1.5 * step) for step in (1, 2, 3)]
+    files = []
+    for writer_cls, folder in ((EventsWriter, tmp_path / "x"), (tb_events._EventFile,
+                                                                 tmp_path / "hpo")):
+        folder.mkdir()
+        writer = writer_cls(str(folder / "events"), ".s")
+        for event in events:
+            writer.write_event(event)
+        writer.close()
+        files += list(folder.iterdir())
+    theirs, ours = files
+    assert ours.name == theirs.name == "events.out.tfevents.1795000000.node-7.s"
+    assert ours.read_bytes() == theirs.read_bytes()
+
+
 def test_tensorboard_writes_a_results_scalars_as_one_event(tmp_path: Path) -> None:
     """Each flush (Ray's, after each result) writes that result's plain numbers as one event
     with a value each, tags cleaned as tensorboardX cleans them; anything else is

@@ -303,7 +303,10 @@ def main(listener_fd: int, orders_fd: int) -> None:
                 pass
             except Exception:  # the worker imports it itself, and meets the error there
                 traceback.print_exc()
-    _prepare_forks()
+    try:  # what each worker would redo, once (a failure costs only that time)
+        fork_server_warm.prepare()
+    except Exception:  # noqa: BLE001  the workers compile for themselves, as without it
+        traceback.print_exc()
     if not _fresh_ray_ids():
         print("hpo fork server: forks would share Ray's random IDs; not forking",
               file=sys.stderr, flush=True)
@@ -311,17 +314,6 @@ def main(listener_fd: int, orders_fd: int) -> None:
     gc.collect()
     gc.freeze()  # the forks share these pages instead of copying them at their first GC
     _Server(listener, orders).run(parent)
-
-
-def _prepare_forks() -> None:
-    """Do once what each worker would redo (hpo.driver.fork_server_warm); a failure costs
-    only that time."""
-    from ray._private.workers import default_worker
-
-    try:
-        fork_server_warm.prepare(default_worker.__file__)
-    except Exception:  # noqa: BLE001  the workers compile for themselves, as without it
-        traceback.print_exc()
 
 
 @contextlib.contextmanager

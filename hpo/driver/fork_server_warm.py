@@ -1,5 +1,6 @@
 """Work every fresh worker repeats before its first step that the fork server does once, for
-all its forks (hpo.driver.fork_server_process): about 6 of a forked worker's 45 ms of CPU.
+all its forks (hpo.driver.fork_server_process): a forked worker's own CPU to its first step
+went from 48 to 39 ms (medians of six interleaved pairs, docs/benchmarks.md).
 
   - the worker's main script (Ray's default_worker.py), which `runpy.run_path` compiles
     from source in each worker (2 ms): compiled once, run as run_path runs it;
@@ -24,20 +25,34 @@ _ACCELERATOR_PATTERN = "^{}_group_[0-9A-Za-z]+$"
 _compiled: dict[str, types.CodeType] = {}  # a script's path -> its code
 
 
-def prepare(worker_main: str) -> None:
-    """In the server, once Ray is imported: compile the worker's main script and the
-    regular expressions every worker would compile."""
+def prepare() -> None:
+    """In the server, once Ray is imported: compile Ray's worker script (by its module's
+    path: the one the raylet gives each worker) and the regular expressions every worker
+    would compile."""
+    from ray._private.workers import default_worker
+
+    prepare_script(default_worker.__file__)
+    _warm_accelerator_patterns()
+
+
+def prepare_script(path: str) -> None:
+    """Compile a worker's main script as runpy would: with none of this module's
+    `__future__` flags (dont_inherit)."""
+    with open(path, "rb") as source:
+        _compiled[path] = compile(source.read(), path, "exec", dont_inherit=True)
+
+
+def _warm_accelerator_patterns() -> None:
     from ray._private.accelerators import get_all_accelerator_resource_names
 
-    with open(worker_main, "rb") as source:
-        _compiled[worker_main] = compile(source.read(), worker_main, "exec")
     for name in get_all_accelerator_resource_names():
         re.compile(_ACCELERATOR_PATTERN.format(name))
 
 
 def run_as_main(path: str) -> None:
-    """What `runpy.run_path(path, run_name="__main__")` does, with the code compiled ahead
-    where the server compiled this path."""
+    """Run a script as `runpy.run_path(path, run_name="__main__")` runs it, with the code
+    compiled ahead where the server compiled this path; the process ends after it, so the
+    earlier `__main__` and argv[0] are not put back as run_path would."""
     code = _compiled.get(path)
     if code is None:
         runpy.run_path(path, run_name="__main__")

@@ -72,9 +72,10 @@ FLUSH_S = 5.0  # TensorBoard's events reach the disk at least this often, and at
 class _EventFile:
     """tensorboardX's EventsWriter (its file's name, first event and records), whose flush
     hands the bytes to the operating system without an fsync. tensorboardX fsyncs at every
-    flush: at each trial's end and on the timer, a blocking wait in the driver's loop (3-4
-    ms a trial's end here, more on a parallel file system) that result.json, the record of
-    truth, does not take either."""
+    flush: at each trial's end and on the timer, a blocking wait in the driver's loop (py-spy:
+    4.7% of its busy samples at about 12 trial ends a second on this machine's busy disk; an
+    fsync on the idle disk takes 0.17 ms, one on a parallel file system more) that
+    result.json, the record of truth, does not take either."""
 
     def __init__(self, prefix: str, suffix: str) -> None:
         name = f"{prefix}.out.tfevents.{str(time.time())[:10]}.{socket.gethostname()}{suffix}"

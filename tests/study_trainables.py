@@ -84,3 +84,16 @@ def parent_process(config: dict[str, Any]) -> None:
     parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     hpo.report({"score": 1.0, "forked": "fork_server_process" in parent,
                 "pl_disable_fork": os.environ.get("PL_DISABLE_FORK")})
+
+
+def environment(config: dict[str, Any]) -> None:
+    """Writes what its worker sees of Tune's env_vars and its actor's runtime env to
+    config["out"]."""
+    import json
+
+    import ray
+
+    seen = {"PL_DISABLE_FORK": os.environ.get("PL_DISABLE_FORK"),
+            "runtime_env": dict(ray.get_runtime_context().runtime_env)}
+    Path(config["out"]).write_text(json.dumps(seen))
+    hpo.report({"score": 1.0})

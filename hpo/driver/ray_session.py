@@ -23,7 +23,7 @@ from typing import Any
 
 from hpo.cluster.auth import RayCluster, environ_overlay, new_token, token_env
 from hpo.cluster.slurm_env import rocm_visible
-from hpo.driver import fork_server, ray_start_private
+from hpo.driver import fork_server, ray_start_private, runtime_env_private
 from hpo.driver.guards import storage_faults
 from hpo.driver.run_dir import private_run_dir
 
@@ -129,9 +129,36 @@ def _lean_head(forks: fork_server.ForkServer | None) -> contextlib.AbstractConte
     has none at all, so they are set for this call only. With a fork server, the raylet's
     worker command is its stub (hpo.driver.fork_server). `ray.init` also sees the node
     registered within 20 ms instead of Ray's 1 s look (hpo.driver.ray_start_private)."""
-    if forks is None:
-        return ray_start_private.lean_head()
-    return ray_start_private.lean_head(forks.setup_worker, on_raylet=forks.start)
+    def started(raylet_pid: int) -> None:
+        global _raylet_pid
+        _raylet_pid = raylet_pid
+        if forks is not None:
+            forks.start(raylet_pid)
+
+    return ray_start_private.lean_head(forks.setup_worker if forks else None, on_raylet=started)
+
+
+# The embedded Ray's raylet while it runs (None without one): its workers inherit its
+# environment.
+_raylet_pid: int | None = None
+
+
+def _forget_raylet() -> None:
+    global _raylet_pid
+    _raylet_pid = None
+
+
+def workers_environ() -> dict[str, str] | None:
+    """The environment the embedded Ray's workers inherit (its raylet's), None where this
+    process runs no embedded Ray or cannot read it."""
+    import ray
+
+    if _raylet_pid is None or not ray.is_initialized():
+        return None
+    try:
+        return fork_server.environ_of(_raylet_pid)
+    except OSError:
+        return None
 
 
 # Ray 2.60 on AMD GPUs fails at `import ray` (in any thread: the trainable is imported beside
@@ -196,7 +223,9 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
         run_dir, forks = _run_dir_and_forks(stack)
         _set_forks(forks)
         stack.callback(_set_forks, None)
-        with _lean_head(forks), environ_overlay(forks.env if forks else {}):
+        stack.callback(_forget_raylet)
+        workers_env = {**runtime_env_private.TUNE_DEFAULT_ENV, **(forks.env if forks else {})}
+        with _lean_head(forks), environ_overlay(workers_env):
             # Ray makes its temp dir world-writable (made for a shared /tmp/ray): give it a
             # child of the private run dir, so nobody else can enter it at any time.
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,

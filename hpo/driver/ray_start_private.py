@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from hpo.driver import runtime_env_private
 from hpo.driver.ray_private import replaced, sets_or_defines, source_of, unknown_config_keys
 
 RAY_VERSION = "2.60.0"  # the version these were read from
@@ -85,8 +86,9 @@ def lean_head(setup_worker: str | None = None,
     """While the block runs, every RayParams built (the one `ray.init` builds to start its
     node) has no autoscaler monitor and no log monitor (and `setup_worker` as the raylet's
     worker command, when given), a head node starts no dashboard process, on_raylet (when
-    given) is called with the raylet's pid as soon as it is started, and `ray.init` sees the
-    node registered within NODE_LOOK_S; restored after."""
+    given) is called with the raylet's pid as soon as it is started, its runtime-env agent
+    runs niced with its port told ahead (hpo.driver.runtime_env_private), and `ray.init` sees
+    the node registered within NODE_LOOK_S; restored after."""
     from ray._private import ray_constants, services
     from ray._private import utils as ray_utils
     from ray._private.node import Node
@@ -99,6 +101,8 @@ def lean_head(setup_worker: str | None = None,
                 setattr(self, name, value)
             if setup_worker:
                 self.setup_worker_path = setup_worker
+            if not self.runtime_env_agent_port:
+                self.runtime_env_agent_port = runtime_env_private.free_port()
         return init
 
     def no_api_server(original: Any) -> Any:
@@ -112,6 +116,8 @@ def lean_head(setup_worker: str | None = None,
         def start_raylet(self: Any, *args: Any, **kwargs: Any) -> None:
             if minimal_agent():
                 agent_ports_ahead(self._session_dir, self._node_id)
+            runtime_env_private.agent_port_ahead(self._session_dir, self._node_id,
+                                                 self._ray_params.runtime_env_agent_port)
             original(self, *args, **kwargs)
             raylets.append(self.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process)
             if on_raylet:
@@ -139,6 +145,7 @@ def lean_head(setup_worker: str | None = None,
                     command = [without_site(arg, setup_worker) for arg in command]
                 if minimal_agent():
                     command = [niced_agent(arg) for arg in command]
+                command = [runtime_env_private.niced_agent(arg) for arg in command]
             return original(command, process_type, *args, **kwargs)
         return start_ray_process
 

@@ -1,0 +1,149 @@
+"""The embedded Ray's runtime-env agent kept off the way to the first trial (issue 36): every
+reach into Ray's private parts for it, in one place, as read from Ray 2.60.0.
+
+Tune declares each trial actor with `runtime_env={"env_vars": ...}` (its default
+PL_DISABLE_FORK=1 and the driver's values of a few variables it propagates), so the raylet asks
+its runtime-env agent (a Python process with an HTTP server) before it starts each worker, and
+at its start it waits until that agent has bound its port (1.1-1.2 s on 2 cores, while the
+agent imports Ray). In an embedded Ray every worker inherits the raylet's environment, which
+hpo gives those same values: the trial actors then carry no runtime env, nothing asks the agent,
+and the raylet is told the agent's port ahead, the agent started at the lowest CPU priority.
+
+Ray names none of these public; tests/test_ray_private.py checks each against the installed
+Ray and fails loudly when one is gone or changed:
+  - ray.tune.execution.class_cache._ActorClassCache.get(self, trainable_cls), which wraps a
+    trainable with ray.remote(runtime_env={"env_vars": env_vars}) (env_vars: DEFAULT_ENV_VARS
+    and the driver's values of ENV_VARS_TO_PROPAGATE), replaced for a block
+    (trial_actors_without_runtime_env);
+  - RayParams.runtime_env_agent_port (0 or None: the agent binds any port and writes it with
+    ray._raylet.persist_port(dir, node_id, RUNTIME_ENV_AGENT_PORT_NAME, port) into
+    Node._session_dir, which the raylet waits for), given by hpo.driver.ray_start_private's
+    lean_head a free port, written ahead there (agent_port_ahead);
+  - services.start_raylet's raylet argument --runtime_env_agent_command=<command>, whose
+    Python lean_head runs niced (niced_agent).
+Ray is imported only when one of these is called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from hpo.driver.ray_private import replaced, sets_or_defines
+
+RAY_VERSION = "2.60.0"  # the version these were read from
+
+AGENT_COMMAND = "--runtime_env_agent_command="  # the raylet's argument
+# Tune's DEFAULT_ENV_VARS, which the embedded Ray's raylet (and so each worker) is given.
+TUNE_DEFAULT_ENV = {"PL_DISABLE_FORK": "1"}
+
+
+def free_port() -> int:
+    """A TCP port of the loopback interface that nothing listens on now (the agent binds it
+    within the second: Linux hands out a port bound to 0 at random)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def agent_port_ahead(session_dir: str, node_id: str, port: int) -> None:
+    """Write the agent's port file, as the agent does once it has bound `port`: the raylet
+    then goes on without waiting for the agent's Python to start."""
+    from ray._raylet import RUNTIME_ENV_AGENT_PORT_NAME, persist_port
+
+    persist_port(session_dir, node_id, RUNTIME_ENV_AGENT_PORT_NAME, port)
+
+
+def niced_agent(arg: str) -> str:
+    """A raylet argument, with the runtime-env agent's command run at the lowest CPU priority
+    (nobody asks it anything in an `hpo run`; it still serves a runtime env asked of it)."""
+    nice = shutil.which("nice")
+    if not arg.startswith(AGENT_COMMAND) or nice is None:
+        return arg
+    return AGENT_COMMAND + subprocess.list2cmdline([nice, "-n", "19"]) + " " + \
+        arg[len(AGENT_COMMAND):]
+
+
+def tune_env_vars() -> dict[str, str]:
+    """The env_vars Tune puts in each trial actor's runtime env, as Tune computes them."""
+    from ray.tune.execution.class_cache import DEFAULT_ENV_VARS, ENV_VARS_TO_PROPAGATE
+
+    wanted = dict(DEFAULT_ENV_VARS)
+    wanted.update({name: os.environ[name] for name in ENV_VARS_TO_PROPAGATE
+                   if name in os.environ})
+    return wanted
+
+
+@contextlib.contextmanager
+def trial_actors_without_runtime_env(workers_env: Mapping[str, str] | None) -> Iterator[None]:
+    """While the block runs, Tune declares its trial actors without a runtime env where every
+    worker's environment (workers_env: the raylet's; None: unknown) already holds each of
+    Tune's env_vars with the same value: a worker sees what it would have seen. Otherwise, as
+    Tune does."""
+    from ray.tune.execution.class_cache import _ActorClassCache
+
+    if workers_env is None:
+        yield
+        return
+    plain: dict[Any, Any] = {}  # this block's own: Tune's cache keeps its runtime envs
+
+    def as_inherited(original: Any) -> Any:
+        def get(self: Any, trainable_cls: Any) -> Any:
+            import ray
+
+            wanted = tune_env_vars()
+            if any(workers_env.get(name) != value for name, value in wanted.items()):
+                return original(self, trainable_cls)
+            if trainable_cls not in plain:
+                plain[trainable_cls] = ray.remote(trainable_cls)
+            return plain[trainable_cls]
+        return get
+
+    with replaced(_ActorClassCache, "get", as_inherited):
+        yield
+
+
+def missing() -> list[str]:
+    """What this module reads that the installed Ray lacks (empty: all there)."""
+    from ray._private import services
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
+    from ray.tune.execution import class_cache
+
+    gaps = []
+    get = " ".join(inspect.getsource(class_cache._ActorClassCache.get).split())
+    if list(inspect.signature(class_cache._ActorClassCache.get).parameters) != [
+            "self", "trainable_cls"] or 'runtime_env = {"env_vars": env_vars}' not in get \
+            or "ray.remote(runtime_env=runtime_env)(trainable_cls)" not in get:
+        gaps.append("_ActorClassCache.get(self, trainable_cls) -> "
+                    "ray.remote(runtime_env={'env_vars': ...})(trainable_cls)")
+    if getattr(class_cache, "DEFAULT_ENV_VARS", None) != TUNE_DEFAULT_ENV or \
+            not isinstance(getattr(class_cache, "ENV_VARS_TO_PROPAGATE", None), set):
+        gaps.append(f"class_cache.DEFAULT_ENV_VARS == {TUNE_DEFAULT_ENV}, "
+                    "ENV_VARS_TO_PROPAGATE (a set)")
+    gaps += _agent_gaps(services, Node, RayParams)
+    return gaps
+
+
+def _agent_gaps(services: Any, node: Any, params: Any) -> list[str]:
+    import ray._raylet
+
+    start_raylet = " ".join(inspect.getsource(services.start_raylet).split())
+    shapes = (f'"{AGENT_COMMAND}{{}}".format( subprocess.list2cmdline(runtime_env_agent_command)',
+              'f"--runtime-env-agent-port={runtime_env_agent_port}"',
+              'f"--runtime_env_agent_port={runtime_env_agent_port}"')
+    if not all(shape in start_raylet for shape in shapes) or \
+            "runtime_env_agent_port" not in inspect.signature(params.__init__).parameters or \
+            not all(hasattr(ray._raylet, name)
+                    for name in ("persist_port", "RUNTIME_ENV_AGENT_PORT_NAME")) or \
+            not all(sets_or_defines(node, name)
+                    for name in ("_session_dir", "_node_id", "_ray_params")):
+        return ["services.start_raylet: the runtime-env agent's port (RayParams."
+                "runtime_env_agent_port, its port file) and --runtime_env_agent_command="]
+    return []

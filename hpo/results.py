@@ -92,8 +92,10 @@ def trial_results(trial_dir: Path) -> list[dict[str, Any]]:
 def metrics(result: dict[str, Any]) -> dict[str, Any]:
     """What the trainable reported in one result (nested dicts as `a/b`), without Ray's
     bookkeeping."""
-    return {key: value for key, value in _flat(result).items()
-            if key.split("/", 1)[0] not in BOOKKEEPING}
+    # Every key flattened from a top-level one starts with it: dropping Ray's keys before the
+    # flattening drops what dropping after it would, without flattening each row's config.
+    return _flat({key: value for key, value in result.items()
+                  if key.split("/", 1)[0] not in BOOKKEEPING})
 
 
 def objectives(spec: dict[str, Any]) -> list[tuple[str, str]]:

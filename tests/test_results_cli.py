@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import hpo
 from hpo.cli import app
-from hpo.results import _snapshot, load_results
+from hpo.results import _snapshot, load_results, metrics
 
 runner = CliRunner()
 
@@ -122,3 +122,11 @@ def test_every_reported_metric_and_the_curves_of_a_real_run(experiment: Path) ->
     assert csv.exit_code == 0, csv.output
     assert csv.stdout.splitlines()[0] == ("trial_id,training_iteration,time_total_s,cpu_hours,"
                                           "gpu_hours,score,resumed_at")
+
+
+def test_a_results_metrics_are_its_own_keys_flattened_without_rays() -> None:
+    """A key of Ray's drops with all it holds, also where a flat key names it first."""
+    row = {"score": 1.0, "nested": {"a": 1, "b": {"c": 2}}, "train/loss": 0.5,
+           "config": {"x": 1, "deep": {"y": 2}}, "config/z": 3, "done": False,
+           "time_this_iter_s": 0.1, "hostname": {"odd": "nested"}}
+    assert metrics(row) == {"score": 1.0, "nested/a": 1, "nested/b/c": 2, "train/loss": 0.5}

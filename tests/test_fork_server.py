@@ -489,8 +489,10 @@ def test_runtime_env_variables_read_late_or_repeated_still_fork(variables: dict[
 
 
 def test_a_runs_trials_run_in_forked_workers_with_tunes_variable_set(tmp_path: Path) -> None:
-    """Through `hpo.run`: Tune's trial actors carry a runtime env (PL_DISABLE_FORK), which
-    the stub lets through (worker_stub.READ_LATE): they are forks, and the variable is set."""
+    """Through `hpo.run`: the trials are forks, and Tune's PL_DISABLE_FORK is set (the
+    embedded Ray's workers inherit it: hpo.driver.runtime_env_private; where Tune's trial
+    actors still carry it in a runtime env, the stub lets it through: worker_stub.READ_LATE,
+    test_runtime_env_variables_read_late_or_repeated_still_fork above)."""
     import hpo
 
     spec = {"name": "forks", "trainable": "tests/study_trainables.py:parent_process",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -14,12 +15,14 @@ import pytest
 import ray
 
 from hpo.cluster.node import descendants
-from hpo.driver.ray_session import embedded_ray, workers_environ
+from hpo.driver.ray_session import embedded_ray
+from hpo.driver.ray_start_private import niced_agent
 from hpo.driver.runtime_env_private import (
+    AGENT_COMMAND,
     TUNE_DEFAULT_ENV,
-    niced_agent,
     trial_actors_without_runtime_env,
     tune_env_vars,
+    workers_environ,
 )
 
 
@@ -37,7 +40,10 @@ def _declared_runtime_env(workers_env: dict[str, str] | None) -> Any:
 
 def test_trial_actors_carry_no_runtime_env_only_where_workers_inherit_tunes_env_vars(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    from ray.tune.execution.class_cache import ENV_VARS_TO_PROPAGATE
+
+    for name in ENV_VARS_TO_PROPAGATE:  # Tune would propagate the driver's value
+        monkeypatch.delenv(name, raising=False)
     inherits = {**TUNE_DEFAULT_ENV, "OTHER": "x"}
     assert tune_env_vars() == TUNE_DEFAULT_ENV
     assert _declared_runtime_env(inherits) is None
@@ -51,14 +57,14 @@ def test_trial_actors_carry_no_runtime_env_only_where_workers_inherit_tunes_env_
 
 
 def test_only_the_runtime_env_agents_command_is_niced() -> None:
-    command = "--runtime_env_agent_command=/py -u /ray/agent/main.py --node-id=ab"
-    niced = niced_agent(command)
-    assert niced.startswith("--runtime_env_agent_command=")
-    assert niced.split("=", 1)[1].split()[1:3] == ["-n", "19"]
+    command = f"{AGENT_COMMAND}/py -u /ray/agent/main.py --node-id=ab"
+    niced = niced_agent(command, AGENT_COMMAND)
+    assert niced.startswith(AGENT_COMMAND)
+    assert niced[len(AGENT_COMMAND):].split()[1:3] == ["-n", "19"]
     assert niced.endswith(" /py -u /ray/agent/main.py --node-id=ab")
     for other in ("--dashboard_agent_command=/py agent.py", "--head",
                   "--python_worker_command=/py setup_worker.py"):
-        assert niced_agent(other) == other
+        assert niced_agent(other, AGENT_COMMAND) == other
 
 
 @ray.remote(num_cpus=0)
@@ -69,9 +75,9 @@ class _Probe:
 
 def test_the_agent_is_niced_on_the_port_the_raylet_was_told_and_serves_runtime_envs(
         tmp_path: Path) -> None:
-    """The raylet no longer waits for the agent's Python to bind a port: hpo gives the agent
-    a port and writes its port file ahead. The agent still binds that port and serves a
-    runtime env asked of it (an actor's own env_vars)."""
+    """The raylet no longer waits for the agent's Python to bind a port: hpo holds a port
+    for the agent and writes its port file ahead. The agent listens on that port and serves
+    a runtime env asked of it (an actor's own env_vars)."""
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
         workers_env = workers_environ()
         told = _agent_port_file()
@@ -79,6 +85,8 @@ def test_the_agent_is_niced_on_the_port_the_raylet_was_told_and_serves_runtime_e
         given = [arg for arg in _command(_raylet()) if arg.startswith("--runtime_env_agent_port=")]
         own = _Probe.options(runtime_env={"env_vars": {"HPO_AGENT_TEST": "2"}}).remote()
         served = ray.get(own.seen.remote("HPO_AGENT_TEST"), timeout=120)
+        with socket.create_connection((ray.util.get_node_ip_address(), int(told)), timeout=10):
+            pass  # the agent listens on it (hpo's holder never listens)
         niceness = int(Path(f"/proc/{agent}/stat").read_text().rsplit(")", 1)[1].split()[16])
     assert workers_env is not None and workers_env["PL_DISABLE_FORK"] == "1"
     assert workers_environ() is None  # once that Ray is gone
@@ -126,8 +134,14 @@ def _runtime_env_agent(timeout_s: float = 60.0) -> int:
 
 
 def _raylet() -> int:
-    return next(pid for pid in descendants(os.getpid())
-                if Path(f"/proc/{pid}/comm").read_text().strip() == "raylet")
+    return next(pid for pid in descendants(os.getpid()) if _comm(pid) == "raylet")
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:  # a process that ended meanwhile
+        return ""
 
 
 def _command(pid: int) -> list[str]:

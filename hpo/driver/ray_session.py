@@ -118,7 +118,8 @@ def _stop_logging(handler: logging.Handler) -> None:
     handler.close()
 
 
-def _lean_head(forks: fork_server.ForkServer | None) -> contextlib.AbstractContextManager[None]:
+def _lean_head(forks: fork_server.ForkServer | None,
+               agent_port: int) -> contextlib.AbstractContextManager[None]:
     """`ray.init` without the autoscaler monitor (a fixed local node has nothing to scale),
     the log monitor (workers' logs stay in files: log_to_driver=False) and the dashboard's
     head process (with include_dashboard=False it still starts, serves only Ray's usage
@@ -128,37 +129,15 @@ def _lean_head(forks: fork_server.ForkServer | None) -> contextlib.AbstractConte
     (--no-monitor, --include-log-monitor=false) and none for the dashboard process; `ray.init`
     has none at all, so they are set for this call only. With a fork server, the raylet's
     worker command is its stub (hpo.driver.fork_server). `ray.init` also sees the node
-    registered within 20 ms instead of Ray's 1 s look (hpo.driver.ray_start_private)."""
+    registered within 20 ms instead of Ray's 1 s look (hpo.driver.ray_start_private). Its
+    runtime-env agent gets agent_port, held for it, and runs niced (runtime_env_private)."""
     def started(raylet_pid: int) -> None:
-        global _raylet_pid
-        _raylet_pid = raylet_pid
+        runtime_env_private.note_raylet(raylet_pid)
         if forks is not None:
             forks.start(raylet_pid)
 
-    return ray_start_private.lean_head(forks.setup_worker if forks else None, on_raylet=started)
-
-
-# The embedded Ray's raylet while it runs (None without one): its workers inherit its
-# environment.
-_raylet_pid: int | None = None
-
-
-def _forget_raylet() -> None:
-    global _raylet_pid
-    _raylet_pid = None
-
-
-def workers_environ() -> dict[str, str] | None:
-    """The environment the embedded Ray's workers inherit (its raylet's), None where this
-    process runs no embedded Ray or cannot read it."""
-    import ray
-
-    if _raylet_pid is None or not ray.is_initialized():
-        return None
-    try:
-        return fork_server.environ_of(_raylet_pid)
-    except OSError:
-        return None
+    return ray_start_private.lean_head(forks.setup_worker if forks else None,
+                                       on_raylet=started, agent_port=agent_port)
 
 
 # Ray 2.60 on AMD GPUs fails at `import ray` (in any thread: the trainable is imported beside
@@ -223,9 +202,10 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
         run_dir, forks = _run_dir_and_forks(stack)
         _set_forks(forks)
         stack.callback(_set_forks, None)
-        stack.callback(_forget_raylet)
+        stack.callback(runtime_env_private.note_raylet, None)
+        agent_port = stack.enter_context(runtime_env_private.reserved_port())
         workers_env = {**runtime_env_private.TUNE_DEFAULT_ENV, **(forks.env if forks else {})}
-        with _lean_head(forks), environ_overlay(workers_env):
+        with _lean_head(forks, agent_port), environ_overlay(workers_env):
             # Ray makes its temp dir world-writable (made for a shared /tmp/ray): give it a
             # child of the private run dir, so nobody else can enter it at any time.
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,

@@ -82,13 +82,15 @@ AGENT_COMMAND = "--dashboard_agent_command="
 
 @contextlib.contextmanager
 def lean_head(setup_worker: str | None = None,
-              on_raylet: Callable[[int], None] | None = None) -> Iterator[None]:
+              on_raylet: Callable[[int], None] | None = None,
+              agent_port: int | None = None) -> Iterator[None]:
     """While the block runs, every RayParams built (the one `ray.init` builds to start its
     node) has no autoscaler monitor and no log monitor (and `setup_worker` as the raylet's
     worker command, when given), a head node starts no dashboard process, on_raylet (when
     given) is called with the raylet's pid as soon as it is started, its runtime-env agent
-    runs niced with its port told ahead (hpo.driver.runtime_env_private), and `ray.init` sees
-    the node registered within NODE_LOOK_S; restored after."""
+    runs niced (with agent_port, when given, told the raylet ahead:
+    hpo.driver.runtime_env_private), and `ray.init` sees the node registered within
+    NODE_LOOK_S; restored after."""
     from ray._private import ray_constants, services
     from ray._private import utils as ray_utils
     from ray._private.node import Node
@@ -101,8 +103,8 @@ def lean_head(setup_worker: str | None = None,
                 setattr(self, name, value)
             if setup_worker:
                 self.setup_worker_path = setup_worker
-            if not self.runtime_env_agent_port:
-                self.runtime_env_agent_port = runtime_env_private.free_port()
+            if agent_port:
+                self.runtime_env_agent_port = agent_port
         return init
 
     def no_api_server(original: Any) -> Any:
@@ -116,8 +118,8 @@ def lean_head(setup_worker: str | None = None,
         def start_raylet(self: Any, *args: Any, **kwargs: Any) -> None:
             if minimal_agent():
                 agent_ports_ahead(self._session_dir, self._node_id)
-            runtime_env_private.agent_port_ahead(self._session_dir, self._node_id,
-                                                 self._ray_params.runtime_env_agent_port)
+            if agent_port:
+                runtime_env_private.agent_port_ahead(self._session_dir, self._node_id, agent_port)
             original(self, *args, **kwargs)
             raylets.append(self.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process)
             if on_raylet:
@@ -145,7 +147,8 @@ def lean_head(setup_worker: str | None = None,
                     command = [without_site(arg, setup_worker) for arg in command]
                 if minimal_agent():
                     command = [niced_agent(arg) for arg in command]
-                command = [runtime_env_private.niced_agent(arg) for arg in command]
+                command = [niced_agent(arg, runtime_env_private.AGENT_COMMAND)
+                           for arg in command]
             return original(command, process_type, *args, **kwargs)
         return start_ray_process
 
@@ -174,16 +177,16 @@ def agent_ports_ahead(session_dir: str, node_id: str) -> None:
         persist_port(session_dir, node_id, name, -1)
 
 
-def niced_agent(arg: str) -> str:
-    """A raylet argument, with a minimal dashboard agent's command run at the lowest CPU
-    priority: it serves nothing while a run goes (no HTTP or gRPC server), and its start
-    competed for the cores with the workers' fork server and the driver, on the way to the
-    first trial."""
+def niced_agent(arg: str, command: str = AGENT_COMMAND) -> str:
+    """A raylet argument, with the agent's command it names (`command`: by default a minimal
+    dashboard agent's) run at the lowest CPU priority: it serves nothing while a run goes (a
+    minimal dashboard agent has no server; nobody asks the runtime-env agent anything), and
+    its start competed for the cores with the workers' fork server and the driver, on the
+    way to the first trial."""
     nice = shutil.which("nice")
-    if not arg.startswith(AGENT_COMMAND) or nice is None:
+    if not arg.startswith(command) or nice is None:
         return arg
-    return AGENT_COMMAND + subprocess.list2cmdline([nice, "-n", "19"]) + " " + \
-        arg[len(AGENT_COMMAND):]
+    return command + subprocess.list2cmdline([nice, "-n", "19"]) + " " + arg[len(command):]
 
 
 def without_site(arg: str, setup_worker: str) -> str:

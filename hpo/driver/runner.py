@@ -29,13 +29,7 @@ from hpo.driver.guards.start_stop import (
 from hpo.driver.guards.storage_faults import check_resumable, storage_guard
 from hpo.driver.guards.walltime import WalltimeGuard, active
 from hpo.driver.ray_actors_private import start_cap
-from hpo.driver.ray_session import (
-    connected_ray,
-    embedded_ray,
-    preload_for,
-    starts_per_core,
-    workers_environ,
-)
+from hpo.driver.ray_session import connected_ray, embedded_ray, preload_for, starts_per_core
 from hpo.driver.trainable import python_name
 from hpo.errors import ConfigError, ExperimentError, RunError
 from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
@@ -278,7 +272,8 @@ def _fit(tuner: Any, spec: Spec, name: str) -> None:
         with signals_restored(), node_losses_forgiven(), deleted_after_snapshot(), \
                 translate.result_batches(spec), \
                 ray_fit_private.faster_fit(start_cap(starts_per_core())), \
-                runtime_env_private.trial_actors_without_runtime_env(workers_environ()):
+                runtime_env_private.trial_actors_without_runtime_env(
+                    runtime_env_private.workers_environ()):
             ray_fit_private.staged_apart(name)
             tuner.fit()
     except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment

@@ -17,10 +17,12 @@ Ray and fails loudly when one is gone or changed:
     (trial_actors_without_runtime_env);
   - RayParams.runtime_env_agent_port (0 or None: the agent binds any port and writes it with
     ray._raylet.persist_port(dir, node_id, RUNTIME_ENV_AGENT_PORT_NAME, port) into
-    Node._session_dir, which the raylet waits for), given by hpo.driver.ray_start_private's
-    lean_head a free port, written ahead there (agent_port_ahead);
+    Node._session_dir, which the raylet waits for; a port given: the agent binds it, with
+    SO_REUSEADDR, in ray/_private/runtime_env/agent/main.py), given by
+    hpo.driver.ray_start_private's lean_head a port held for it (reserved_port), its file
+    written ahead there (agent_port_ahead);
   - services.start_raylet's raylet argument --runtime_env_agent_command=<command>, whose
-    Python lean_head runs niced (niced_agent).
+    Python lean_head runs niced (ray_start_private.niced_agent).
 Ray is imported only when one of these is called.
 """
 
@@ -29,27 +31,29 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-import shutil
 import socket
-import subprocess
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from hpo.driver.ray_private import replaced, sets_or_defines
 
 RAY_VERSION = "2.60.0"  # the version these were read from
 
-AGENT_COMMAND = "--runtime_env_agent_command="  # the raylet's argument
+AGENT_COMMAND = "--runtime_env_agent_command="  # the raylet's argument (niced by lean_head)
 # Tune's DEFAULT_ENV_VARS, which the embedded Ray's raylet (and so each worker) is given.
 TUNE_DEFAULT_ENV = {"PL_DISABLE_FORK": "1"}
 
 
-def free_port() -> int:
-    """A TCP port of the loopback interface that nothing listens on now (the agent binds it
-    within the second: Linux hands out a port bound to 0 at random)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+@contextlib.contextmanager
+def reserved_port() -> Iterator[int]:
+    """A TCP port for the agent, held while the block runs: bound with SO_REUSEADDR on every
+    address and never listening, so that the agent (which binds it with SO_REUSEADDR, and
+    listens) can take it whenever its Python is up, and nothing else can meanwhile."""
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("", 0))
+        yield int(holder.getsockname()[1])
 
 
 def agent_port_ahead(session_dir: str, node_id: str, port: int) -> None:
@@ -60,14 +64,29 @@ def agent_port_ahead(session_dir: str, node_id: str, port: int) -> None:
     persist_port(session_dir, node_id, RUNTIME_ENV_AGENT_PORT_NAME, port)
 
 
-def niced_agent(arg: str) -> str:
-    """A raylet argument, with the runtime-env agent's command run at the lowest CPU priority
-    (nobody asks it anything in an `hpo run`; it still serves a runtime env asked of it)."""
-    nice = shutil.which("nice")
-    if not arg.startswith(AGENT_COMMAND) or nice is None:
-        return arg
-    return AGENT_COMMAND + subprocess.list2cmdline([nice, "-n", "19"]) + " " + \
-        arg[len(AGENT_COMMAND):]
+# The embedded Ray's raylet while it runs (None without one): its workers inherit its
+# environment.
+_raylet_pid: int | None = None
+
+
+def note_raylet(pid: int | None) -> None:
+    """The embedded Ray's raylet was started as `pid` (None: that Ray is gone)."""
+    global _raylet_pid
+    _raylet_pid = pid
+
+
+def workers_environ() -> dict[str, str] | None:
+    """The environment the embedded Ray's workers inherit (its raylet's), None where this
+    process runs no embedded Ray or cannot read it."""
+    import ray
+
+    if _raylet_pid is None or not ray.is_initialized():
+        return None
+    raw = b""
+    with contextlib.suppress(OSError):
+        raw = Path(f"/proc/{_raylet_pid}/environ").read_bytes()
+    pairs = (entry.split(b"=", 1) for entry in raw.split(b"\0") if b"=" in entry)
+    return {os.fsdecode(key): os.fsdecode(value) for key, value in pairs} if raw else None
 
 
 def tune_env_vars() -> dict[str, str]:
@@ -132,18 +151,29 @@ def missing() -> list[str]:
 
 
 def _agent_gaps(services: Any, node: Any, params: Any) -> list[str]:
+    import importlib.util
+
     import ray._raylet
+
+    spec = importlib.util.find_spec("ray._private.runtime_env.agent.main")
+    agent_main = Path(spec.origin if spec and spec.origin else "")
 
     start_raylet = " ".join(inspect.getsource(services.start_raylet).split())
     shapes = (f'"{AGENT_COMMAND}{{}}".format( subprocess.list2cmdline(runtime_env_agent_command)',
               'f"--runtime-env-agent-port={runtime_env_agent_port}"',
               'f"--runtime_env_agent_port={runtime_env_agent_port}"')
+    agent = " ".join(agent_main.read_text().split()) if agent_main.is_file() else ""
+    shapes_agent = ("port = args.runtime_env_agent_port or 0",
+                    "sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)",
+                    "persist_port( args.session_dir, args.node_id, RUNTIME_ENV_AGENT_PORT_NAME,")
     if not all(shape in start_raylet for shape in shapes) or \
+            not all(shape in agent for shape in shapes_agent) or \
             "runtime_env_agent_port" not in inspect.signature(params.__init__).parameters or \
             not all(hasattr(ray._raylet, name)
                     for name in ("persist_port", "RUNTIME_ENV_AGENT_PORT_NAME")) or \
             not all(sets_or_defines(node, name)
                     for name in ("_session_dir", "_node_id", "_ray_params")):
         return ["services.start_raylet: the runtime-env agent's port (RayParams."
-                "runtime_env_agent_port, its port file) and --runtime_env_agent_command="]
+                "runtime_env_agent_port, its port file, the agent binding it with "
+                "SO_REUSEADDR) and --runtime_env_agent_command="]
     return []

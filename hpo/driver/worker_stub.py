@@ -25,7 +25,8 @@ _INT = _struct.Struct("!i")
 _STDIO = _struct.pack("3i", 0, 1, 2)  # SCM_RIGHTS data: this process's stdin, out, err
 # Runtime-env variables that nothing the server imports reads: the fork sets them as Ray's
 # setup_worker.py would. Tune gives every trial actor PL_DISABLE_FORK (read by PyTorch
-# Lightning, which the server never imports; ray/tune/execution/class_cache.py).
+# Lightning, which the server never imports; ray/tune/execution/class_cache.py), unless an
+# embedded Ray's workers inherit it already (hpo.driver.runtime_env_private).
 READ_LATE: frozenset[str] = frozenset({"PL_DISABLE_FORK"})
 
 

@@ -127,7 +127,7 @@ class ForkServer:
         starting the node) on the node whose raylet is raylet_pid, in the environment that
         raylet gives its workers. Called as soon as the raylet is started, so that the
         server imports Ray while the node comes up."""
-        env = _environ(raylet_pid)
+        env = environ_of(raylet_pid)
         env.pop("LD_PRELOAD", None)  # Ray's allocator for its raylet, not for workers
         env.update(RAY_JOB_ID=job_id, RAY_RAYLET_PID=str(raylet_pid))
         self._tell(env)
@@ -161,7 +161,8 @@ class ForkServer:
             self._server.wait()
 
 
-def _environ(pid: int) -> dict[str, str]:
+def environ_of(pid: int) -> dict[str, str]:
+    """The environment process `pid` was started with (/proc/<pid>/environ)."""
     raw = Path(f"/proc/{pid}/environ").read_bytes()
     pairs = (entry.split(b"=", 1) for entry in raw.split(b"\0") if b"=" in entry)
     return {os.fsdecode(key): os.fsdecode(value) for key, value in pairs}

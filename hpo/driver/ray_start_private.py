@@ -87,9 +87,9 @@ def lean_head(setup_worker: str | None = None,
     """While the block runs, every RayParams built (the one `ray.init` builds to start its
     node) has no autoscaler monitor and no log monitor (and `setup_worker` as the raylet's
     worker command, when given), a head node starts no dashboard process, on_raylet (when
-    given) is called with the raylet's pid as soon as it is started, its runtime-env agent
-    runs niced (with agent_port, when given, told the raylet ahead:
-    hpo.driver.runtime_env_private), and `ray.init` sees the node registered within
+    given) is called with the raylet's pid as soon as it is started, agent_port (when given)
+    is told the raylet ahead as its runtime-env agent's, which then runs niced
+    (hpo.driver.runtime_env_private), and `ray.init` sees the node registered within
     NODE_LOOK_S; restored after."""
     from ray._private import ray_constants, services
     from ray._private import utils as ray_utils
@@ -147,8 +147,9 @@ def lean_head(setup_worker: str | None = None,
                     command = [without_site(arg, setup_worker) for arg in command]
                 if minimal_agent():
                     command = [niced_agent(arg) for arg in command]
-                command = [niced_agent(arg, runtime_env_private.AGENT_COMMAND)
-                           for arg in command]
+                if agent_port:  # niced only where the raylet does not wait for it
+                    command = [niced_agent(arg, runtime_env_private.AGENT_COMMAND)
+                               for arg in command]
             return original(command, process_type, *args, **kwargs)
         return start_ray_process
 

@@ -36,6 +36,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from hpo.driver.fork_server import environ_of
 from hpo.driver.ray_private import replaced, sets_or_defines
 
 RAY_VERSION = "2.60.0"  # the version these were read from
@@ -82,11 +83,10 @@ def workers_environ() -> dict[str, str] | None:
 
     if _raylet_pid is None or not ray.is_initialized():
         return None
-    raw = b""
-    with contextlib.suppress(OSError):
-        raw = Path(f"/proc/{_raylet_pid}/environ").read_bytes()
-    pairs = (entry.split(b"=", 1) for entry in raw.split(b"\0") if b"=" in entry)
-    return {os.fsdecode(key): os.fsdecode(value) for key, value in pairs} if raw else None
+    try:
+        return environ_of(_raylet_pid)
+    except OSError:  # the raylet is gone
+        return None
 
 
 def tune_env_vars() -> dict[str, str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -205,6 +206,17 @@ def load_results(exp_dir: str | Path) -> pd.DataFrame:
     """One row per trial, best first: config/*, last_/best_<metric>, iterations, status, and
     each metric the trial reported (its last value)."""
     return _table(*_read(exp_dir))
+
+
+def loading(exp_dir: str | Path) -> Future[pd.DataFrame]:
+    """load_results, in a thread of its own from now on: a run's end reads its results while
+    Ray stops and the run's temp folder is removed (each about 0.4 s at 640 trials on 2 cores,
+    issue 36). Call it once the experiment folder holds its last snapshot."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="hpo-results")
+    try:
+        return pool.submit(load_results, exp_dir)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def load_curves(exp_dir: str | Path) -> pd.DataFrame:

@@ -13,8 +13,9 @@ import yaml
 from typer.testing import CliRunner
 
 import hpo
+import hpo.results
 from hpo.cli import app
-from hpo.results import _snapshot, load_results, metrics
+from hpo.results import _snapshot, load_results, loading, metrics
 
 runner = CliRunner()
 
@@ -130,3 +131,25 @@ def test_a_results_metrics_are_its_own_keys_flattened_without_rays() -> None:
            "config": {"x": 1, "deep": {"y": 2}}, "config/z": 3, "done": False,
            "time_this_iter_s": 0.1, "hostname": {"odd": "nested"}}
     assert metrics(row) == {"score": 1.0, "nested/a": 1, "nested/b/c": 2, "train/loss": 0.5}
+
+
+@pytest.mark.slow
+def test_results_read_in_a_thread_are_the_same_frame(experiment: Path) -> None:
+    """A run's end reads its results in a thread while Ray stops (hpo.results.loading)."""
+    assert loading(experiment).result().equals(load_results(experiment))
+
+
+def test_results_read_in_a_thread_raise_their_error_where_asked_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[str] = []
+    real = hpo.results.load_results
+
+    def recorded(exp_dir: Path) -> pd.DataFrame:
+        threads.append(threading.current_thread().name)
+        return real(exp_dir)
+
+    monkeypatch.setattr(hpo.results, "load_results", recorded)
+    future = loading(tmp_path / "gone")
+    with pytest.raises(hpo.ExperimentError, match="no such folder"):
+        future.result()
+    assert threads and threads[0].startswith("hpo-results")

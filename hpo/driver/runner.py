@@ -32,7 +32,7 @@ from hpo.driver.ray_actors_private import start_cap
 from hpo.driver.ray_session import connected_ray, embedded_ray, preload_for, starts_per_core
 from hpo.driver.trainable import python_name
 from hpo.errors import ConfigError, ExperimentError, RunError
-from hpo.results import SPEC_FILE, best_config, load_results, saved_spec
+from hpo.results import SPEC_FILE, best_config, load_results, loading, saved_spec
 from hpo.spec.load import load_spec, spec_from_dict
 from hpo.spec.model import PYTHON_TRAINABLE, Spec
 from hpo.spec.plan import trial_count
@@ -162,11 +162,12 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
                                             [*mirror, *(callbacks or [])], evaluated)
                     tune_takes_over()
                     _fit(tuner, spec, exp_dir.name)
+                frame = loading(exp_dir)  # while Ray stops
     except StoppedAtStart:
         if made_here:  # nothing ran: leave no folder behind that `hpo run` would refuse
             shutil.rmtree(exp_dir, ignore_errors=True)
         raise
-    return _outcome(exp_dir, spec)
+    return _outcome(exp_dir, spec, frame.result())
 
 
 def _warm_start(spec: Spec) -> list[tuple[dict[str, Any], list[float]]] | None:
@@ -225,7 +226,8 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
                                    resume_unfinished=True, resume_errored=True)
         tune_takes_over()
         _fit(tuner, spec, exp_dir.name)
-    return _outcome(exp_dir, spec)
+        frame = loading(exp_dir)  # while Ray stops
+    return _outcome(exp_dir, spec, frame.result())
 
 
 def _finished(exp_dir: Path, spec: Spec) -> bool:
@@ -316,8 +318,8 @@ def resume_hint(exp_dir: Path, spec: Spec) -> str:
     return f"`hpo.resume('{exp_dir}', trainable=...)`"
 
 
-def _outcome(exp_dir: Path, spec: Spec) -> RunResult:
-    frame = load_results(exp_dir)
+def _outcome(exp_dir: Path, spec: Spec, frame: pd.DataFrame | None = None) -> RunResult:
+    frame = load_results(exp_dir) if frame is None else frame
     # A stop (Ctrl+C, SIGTERM, USR1; hpo.driver.guards.stops): Tune saved its state and returned.
     # (synchronous HyperBand leaves the trials it cut PAUSED; rasda, those held for want of
     # walltime, to be resumed by the requeued job)

@@ -97,3 +97,22 @@ def environment(config: dict[str, Any]) -> None:
             "runtime_env": dict(ray.get_runtime_context().runtime_env)}
     Path(config["out"]).write_text(json.dumps(seen))
     hpo.report({"score": 1.0})
+
+
+def sees_ended_trials(config: dict[str, Any]) -> None:
+    """x == 0 reports `steps` rows and ends; any other waits up to `wait_s` for a trial folder
+    in the experiment folder `exp_dir` whose result.json holds x == 0's rows, and reports
+    whether it came."""
+    import json
+
+    if config["x"] == 0:
+        for step in range(int(config["steps"])):
+            hpo.report({"score": float(step), "seen": True})
+        return
+    deadline, seen = time.monotonic() + float(config["wait_s"]), False
+    while not seen and time.monotonic() < deadline:
+        for results in Path(config["exp_dir"]).glob("*/result.json"):
+            rows = [json.loads(line) for line in results.read_text().splitlines()]
+            seen = seen or (len(rows) == int(config["steps"]) and rows[0]["config"]["x"] == 0)
+        time.sleep(0.05)
+    hpo.report({"score": 1.0, "seen": seen})

@@ -21,7 +21,7 @@ from snapshot_watch import PERIOD_S, SPEC, SnapshotWatch, named_checkpoints
 import hpo
 from hpo.driver.guards import snapshot_copy
 from hpo.driver.guards.snapshot_copy import copy_changed
-from hpo.driver.guards.snapshot_deletes import _Dropped, _SnapshotCopy
+from hpo.driver.guards.snapshot_deletes import _Dropped, _SnapshotCopy, copy_ended_trial
 
 STEPS = SPEC["constants"]["steps"]
 
@@ -248,3 +248,44 @@ def test_snapshots_come_every_10_s_and_every_second_once_a_trial_has_saved() -> 
         fixed._update_auto_checkpoint_time(0.02)
         assert fixed._checkpoint_period == 0.2
         assert not fixed._should_force_sync_up
+
+
+def test_an_ended_trials_folder_is_copied_early_and_the_snapshot_copy_keeps_it(
+        tmp_path: Path) -> None:
+    from pyarrow.fs import LocalFileSystem
+
+    staging, exp = tmp_path / "staging", tmp_path / "exp"
+    for trial in ("a", "b"):
+        (staging / trial).mkdir(parents=True)
+        (staging / trial / "result.json").write_text(f"{trial}1\n")
+    (staging / "experiment_state.json").write_text("{}")
+    copy_ended_trial(str(staging / "a"), LocalFileSystem(), str(exp / "a"))  # no fit runs
+    assert not exp.exists()
+    dropped = _Dropped()
+    dropped.copy_early(str(staging / "a"), str(exp / "a"))
+    dropped.end_early()  # waits for the copy
+    assert (exp / "a" / "result.json").read_text() == "a1\n"
+    copied_early = (exp / "a" / "result.json").stat().st_ino
+    dropped.deleting_after(_failing_upload)(local_path=str(staging), fs=LocalFileSystem(),
+                                            fs_path=str(exp))
+    # the snapshot's copy found a's file copied (the same file: each copy is a new one)
+    assert (exp / "a" / "result.json").stat().st_ino == copied_early
+    assert (exp / "b" / "result.json").read_text() == "b1\n"
+    assert (exp / "experiment_state.json").read_text() == "{}"
+
+
+@pytest.mark.slow
+def test_a_trial_sees_an_ended_trials_rows_in_the_folder_before_the_next_snapshot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Snapshots 60 s apart: the second trial finds the first one's rows in the experiment
+    folder within 5 s of starting (hpo.driver.plugins.ended_copy)."""
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "60")
+    exp_dir = tmp_path / "early"
+    hpo.run({"name": "early", "trainable": "tests/study_trainables.py:sees_ended_trials",
+             "metric": "score", "mode": "max", "max_concurrent": 1,
+             "search_space": {"x": {"grid": [0, 1]}},
+             "constants": {"steps": 3, "wait_s": 5.0, "exp_dir": str(exp_dir)}},
+            storage=str(tmp_path), keep_ray=True)
+    last_rows = sorted((rows[-1] for rows in trial_rows(exp_dir).values()),
+                       key=lambda row: row["config"]["x"])
+    assert [(row["config"]["x"], row["seen"]) for row in last_rows] == [(0, True), (1, True)]

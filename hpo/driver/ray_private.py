@@ -21,6 +21,10 @@ Ray and fails loudly when one is gone or changed:
     local_path, uri, exclude) -> (upload, its kwargs), the copy of the driver's staging folder
     (the snapshot) into the experiment folder, the only sync the driver starts, built by
     _BackgroundSyncer.sync_up only when no copy still runs (else it skips the copy);
+  - Trial.storage (ray.train._internal.storage.StorageContext): .trial_driver_staging_path,
+    where Tune's loggers write a trial's files on the driver, .storage_filesystem and
+    .trial_fs_path, that folder in the experiment folder (an ended trial's copy,
+    hpo.driver.guards.snapshot_deletes.copy_ended_trial);
   - OVERRIDDEN_HOOKS: Ray's private methods that hpo's subclasses override (an override
     cannot move here; what it relies on is listed here and checked):
       LoggerCallback._restore_from_remote(self, file_name, trial): Ray's file loggers bring a
@@ -185,6 +189,14 @@ def snapshot_hooks(mark: Callable[[Any, str], None],
         yield
 
 
+def trial_folders(trial: Any) -> tuple[str, Any, str]:
+    """A trial's folder on the driver, where Tune's loggers write it (its staging folder),
+    and the storage's file system and path of its folder in the experiment folder."""
+    storage = trial.storage
+    return (storage.trial_driver_staging_path, storage.storage_filesystem,
+            storage.trial_fs_path)
+
+
 def delete_fs_path(fs: Any, fs_path: str) -> None:
     """Ray's own deletion of a checkpoint folder (what Tune's checkpoint manager calls)."""
     from ray.train._internal.storage import _delete_fs_path
@@ -224,6 +236,7 @@ def missing() -> list[str]:
                            property)):
         gaps.append("Trial.run_metadata.checkpoint_manager.best_checkpoint_results")
     gaps += _snapshot_hook_gaps()
+    gaps += _trial_folder_gaps()
     gaps += [f"{path}.{name}" for path, name in INHERITED_STATE
              if not sets_or_defines(ray_class(path), name)]
     return gaps + [gap for hook in OVERRIDDEN_HOOKS if (gap := _hook_gap(hook))]
@@ -253,6 +266,19 @@ def _snapshot_hook_gaps() -> list[str]:
             0 <= skip < build,
     }
     return [name for name, there in wanted.items() if not there]
+
+
+def _trial_folder_gaps() -> list[str]:
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.experiment.trial import Trial
+
+    properties = ("trial_driver_staging_path", "trial_fs_path")
+    there = sets_or_defines(Trial, "storage") and \
+        "self.storage_filesystem," in source_of(StorageContext) and all(
+        isinstance(inspect.getattr_static(StorageContext, name, None), property)
+        for name in properties)
+    return [] if there else ["Trial.storage.{trial_driver_staging_path, trial_fs_path, "
+                             "storage_filesystem}"]
 
 
 def method_params(cls: type, name: str) -> list[str]:

@@ -165,6 +165,7 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from hpo.driver.guards.stops import HeldStop
+    from hpo.driver.plugins.ended_copy import EndedTrialsCopied
     from hpo.driver.plugins.progress import LiveProgress
     from hpo.driver.plugins.trial_logs import trial_loggers
     from hpo.spec.plan import trial_count
@@ -194,7 +195,7 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
         # HeldStop first: the live view's last frame shows the trials a stop left open.
         callbacks=[HeldStop(), LiveProgress(spec.objectives, trial_count(spec)), *trial_loggers(),
                    *tracking_callbacks(spec, exp_dir), *best_checkpoint_callbacks(spec),
-                   *extra_callbacks],
+                   *extra_callbacks, EndedTrialsCopied()],
         # A class trainable is saved by Tune every `frequency` steps; a function reports its
         # own checkpoints (hpo.report keeps every Nth). Tune keeps the newest `keep` (a trial
         # restarts from the newest); keep_best's best one is hpo's (best_checkpoint_callbacks).

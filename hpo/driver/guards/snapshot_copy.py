@@ -23,7 +23,9 @@ The folder is a resume's truth at every instant, a SIGKILL of the driver include
 - hidden files are temporaries being written (Tune's atomic saves, hpo's history cuts) and
   are not copied.
 A file system other than the local one, or a copy that excludes files, goes through Tune's
-own copy.
+own copy. An ended trial's folder is copied the same way as the trial ends, between the
+snapshot's copies (copy_tree; hpo.driver.plugins.ended_copy): its rows then run ahead of the
+folder's snapshot, as a running trial's do.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ Copied = dict[str, tuple[int, int]]
 def copy_changed(upload: Callable[..., Any], copied: Copied, local_path: str, fs: Any,
                  fs_path: str, exclude: Any = None) -> None:
     """Tune's `upload(local_path=, fs=, fs_path=, exclude=)`, copying only what changed."""
-    if exclude or not isinstance(fs, LocalFileSystem) or not os.path.isdir(local_path):
+    if exclude or not local(fs) or not os.path.isdir(local_path):
         upload(local_path=local_path, fs=fs, fs_path=fs_path, exclude=exclude)
         return
     os.makedirs(fs_path, exist_ok=True)
@@ -55,19 +57,33 @@ def copy_changed(upload: Callable[..., Any], copied: Copied, local_path: str, fs
             beside = _copy_beside(local_path, fs_path, name, settled=True)
             if beside is not None:
                 states.append(beside)
-        for folder, _, names in itertools.islice(os.walk(local_path), 1, None):
-            into = os.path.join(fs_path, os.path.relpath(folder, local_path))
-            changed = [name for name in names
-                       if not _temporary(name) and _changed(copied, folder, into, name)]
-            if changed:
-                os.makedirs(into, exist_ok=True)
-            for beside in filter(None, (_copy_beside(folder, into, name) for name in changed)):
-                _rename_over(copied, beside)
+        copy_tree(copied, local_path, fs_path, below_only=True)
         for beside in states:
             _rename_over(copied, beside)
     finally:
         for beside in states:  # left by a failed copy
             _unlink(beside.partial)
+
+
+def local(fs: Any) -> bool:
+    """Whether a pyarrow file system is the local one (copied here, else by Tune)."""
+    return isinstance(fs, LocalFileSystem)
+
+
+def copy_tree(copied: Copied, local_path: str, fs_path: str, below_only: bool = False) -> None:
+    """The files under local_path (those in its subfolders only, with below_only) that
+    changed since this run copied them, each copied beside its copy in fs_path and renamed
+    over it."""
+    walk = os.walk(local_path)
+    for folder, _, names in itertools.islice(walk, 1, None) if below_only else walk:
+        into = fs_path if folder == local_path else \
+            os.path.join(fs_path, os.path.relpath(folder, local_path))
+        changed = [name for name in names
+                   if not _temporary(name) and _changed(copied, folder, into, name)]
+        if changed:
+            os.makedirs(into, exist_ok=True)
+        for beside in filter(None, (_copy_beside(folder, into, name) for name in changed)):
+            _rename_over(copied, beside)
 
 
 def _state_names(folder: str) -> list[str]:

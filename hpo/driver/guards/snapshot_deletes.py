@@ -29,10 +29,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from hpo.driver import ray_private
-from hpo.driver.guards.snapshot_copy import Copied, copy_changed
+from hpo.driver.guards.snapshot_copy import Copied, copy_changed, copy_tree, local
 
 _log = logging.getLogger("hpo.history")
 # Tune's snapshots are max(10 s, 19 x a snapshot's time) apart: 5% of the run, which here
@@ -58,6 +59,22 @@ class _Dropped:
         self.copying = threading.Lock()
         self.copied: Copied = {}  # what the snapshot's copies wrote
         self.last_copy_s = 0.0
+        self._early = ThreadPoolExecutor(1, thread_name_prefix="hpo-copy")
+
+    def copy_early(self, folder: str, into: str) -> None:
+        """Copy an ended trial's folder now, in a thread, one copy at a time with the
+        snapshot's: the snapshot's next copy then finds its files copied already."""
+        self._early.submit(self._copy_early, folder, into)
+
+    def _copy_early(self, folder: str, into: str) -> None:
+        with self.copying:
+            try:
+                copy_tree(self.copied, folder, into)
+            except Exception as exc:  # noqa: BLE001  the snapshot's copy meets it again
+                _log.debug("the ended trial's folder %s was not copied early: %s", folder, exc)
+
+    def end_early(self) -> None:
+        self._early.shutdown(wait=True, cancel_futures=True)
 
     def mark(self, fs: Any, fs_path: str) -> None:
         with self._lock:
@@ -115,14 +132,33 @@ def _delete(fs: Any, fs_path: str) -> None:
         _log.warning("could not delete the dropped checkpoint %s: %s", fs_path, exc)
 
 
+_current: _Dropped | None = None  # the running fit's
+
+
+def copy_ended_trial(staging: str, fs: Any, fs_path: str) -> None:
+    """Copy an ended trial's folder (its driver staging folder) into the experiment folder
+    now, in the running fit's copy thread: at a run's end, the last snapshot's copy held the
+    files of every trial that had ended since the one before (1.0-1.2 s at 640 trials on 2
+    cores, 19 s of them, issue 36). Where Tune's own copy runs (not a local folder), nothing."""
+    dropped = _current
+    if dropped is not None and local(fs):
+        dropped.copy_early(staging, fs_path)
+
+
 @contextlib.contextmanager
 def deleted_after_snapshot() -> Iterator[None]:
     """While the block runs (Tune's fit), dropped checkpoints are deleted after the next
-    snapshot's copy, and checkpoints force no snapshot."""
-    dropped = _Dropped()
-    with ray_private.snapshot_hooks(dropped.mark, dropped.deleting_after, PERIOD_FLOOR_S,
-                                    CHECKPOINT_PERIOD_FLOOR_S, lambda: dropped.last_copy_s):
-        yield
+    snapshot's copy, checkpoints force no snapshot, and an ended trial's folder is copied
+    as it ends (copy_ended_trial)."""
+    global _current
+    dropped = _current = _Dropped()
+    try:
+        with ray_private.snapshot_hooks(dropped.mark, dropped.deleting_after, PERIOD_FLOOR_S,
+                                        CHECKPOINT_PERIOD_FLOOR_S, lambda: dropped.last_copy_s):
+            yield
+    finally:
+        _current = None
+        dropped.end_early()
     left = [fs_path for _, fs_path in dropped.take()]
     if left:  # Tune's loop failed, or its last copy did: no snapshot names them
         _log.warning("%d checkpoint(s) Tune dropped are still on disk (the run ended before "

@@ -7,6 +7,7 @@ folder at every step of Tune's loop, while the snapshot's copy runs beside it.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
@@ -250,28 +251,41 @@ def test_snapshots_come_every_10_s_and_every_second_once_a_trial_has_saved() -> 
         assert not fixed._should_force_sync_up
 
 
-def test_an_ended_trials_folder_is_copied_early_and_the_snapshot_copy_keeps_it(
+def _snapshot_naming(staging: Path, *trials: str) -> None:
+    data = [[json.dumps({"relative_logdir": trial}), "{}"] for trial in trials]
+    (staging / "experiment_state-2026-11-29_12-00-00.json").write_text(
+        json.dumps({"trial_data": data}))
+
+
+def test_an_ended_trial_the_snapshot_names_is_copied_as_it_ends_and_kept_by_the_next(
         tmp_path: Path) -> None:
     from pyarrow.fs import LocalFileSystem
 
     staging, exp = tmp_path / "staging", tmp_path / "exp"
-    for trial in ("a", "b"):
+    for trial in ("a", "b", "c"):
         (staging / trial).mkdir(parents=True)
         (staging / trial / "result.json").write_text(f"{trial}1\n")
-    (staging / "experiment_state.json").write_text("{}")
+    _snapshot_naming(staging, "a", "b")
     copy_ended_trial(str(staging / "a"), LocalFileSystem(), str(exp / "a"))  # no fit runs
     assert not exp.exists()
+    where = {"local_path": str(staging), "fs": LocalFileSystem(), "fs_path": str(exp)}
     dropped = _Dropped()
+    dropped.deleting_after(_failing_upload)(**where)  # the folder's snapshot names a and b
+    for trial in ("a", "b", "c"):
+        with (staging / trial / "result.json").open("a") as file:
+            file.write(f"{trial}2\n")  # the trials' last rows
     dropped.copy_early(str(staging / "a"), str(exp / "a"))
-    dropped.end_early()  # waits for the copy
-    assert (exp / "a" / "result.json").read_text() == "a1\n"
+    dropped.copy_early(str(staging / "c"), str(exp / "c"))  # begun after that snapshot
+    dropped.end_early()  # waits for the copies queued
+    assert [(exp / t / "result.json").read_text() for t in "abc"] == ["a1\na2\n", "b1\n",
+                                                                       "c1\n"]
     copied_early = (exp / "a" / "result.json").stat().st_ino
-    dropped.deleting_after(_failing_upload)(local_path=str(staging), fs=LocalFileSystem(),
-                                            fs_path=str(exp))
+    _snapshot_naming(staging, "a", "b", "c")
+    dropped.deleting_after(_failing_upload)(**where)
     # the snapshot's copy found a's file copied (the same file: each copy is a new one)
     assert (exp / "a" / "result.json").stat().st_ino == copied_early
-    assert (exp / "b" / "result.json").read_text() == "b1\n"
-    assert (exp / "experiment_state.json").read_text() == "{}"
+    assert [(exp / t / "result.json").read_text() for t in "bc"] == ["b1\nb2\n", "c1\nc2\n"]
+    assert dropped.named == {"a", "b", "c"}
 
 
 @pytest.mark.slow

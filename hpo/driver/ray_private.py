@@ -21,7 +21,8 @@ Ray and fails loudly when one is gone or changed:
     local_path, uri, exclude) -> (upload, its kwargs), the copy of the driver's staging folder
     (the snapshot) into the experiment folder, the only sync the driver starts, built by
     _BackgroundSyncer.sync_up only when no copy still runs (else it skips the copy);
-  - Trial.storage (ray.train._internal.storage.StorageContext): .trial_driver_staging_path,
+  - Trial.storage (ray.train._internal.storage.StorageContext): .trial_dir_name (None before
+    the trial's start), .trial_driver_staging_path,
     where Tune's loggers write a trial's files on the driver, .storage_filesystem and
     .trial_fs_path, that folder in the experiment folder (an ended trial's copy,
     hpo.driver.guards.snapshot_deletes.copy_ended_trial);
@@ -189,10 +190,13 @@ def snapshot_hooks(mark: Callable[[Any, str], None],
         yield
 
 
-def trial_folders(trial: Any) -> tuple[str, Any, str]:
+def trial_folders(trial: Any) -> tuple[str, Any, str] | None:
     """A trial's folder on the driver, where Tune's loggers write it (its staging folder),
-    and the storage's file system and path of its folder in the experiment folder."""
+    and the storage's file system and path of its folder in the experiment folder; None for a
+    trial that has no folder yet (never started)."""
     storage = trial.storage
+    if storage.trial_dir_name is None:
+        return None
     return (storage.trial_driver_staging_path, storage.storage_filesystem,
             storage.trial_fs_path)
 
@@ -274,11 +278,12 @@ def _trial_folder_gaps() -> list[str]:
 
     properties = ("trial_driver_staging_path", "trial_fs_path")
     there = sets_or_defines(Trial, "storage") and \
+        sets_or_defines(StorageContext, "trial_dir_name") and \
         "self.storage_filesystem," in source_of(StorageContext) and all(
         isinstance(inspect.getattr_static(StorageContext, name, None), property)
         for name in properties)
-    return [] if there else ["Trial.storage.{trial_driver_staging_path, trial_fs_path, "
-                             "storage_filesystem}"]
+    return [] if there else ["Trial.storage.{trial_dir_name, trial_driver_staging_path, "
+                             "trial_fs_path, storage_filesystem}"]
 
 
 def method_params(cls: type, name: str) -> list[str]:

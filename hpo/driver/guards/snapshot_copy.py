@@ -23,15 +23,18 @@ The folder is a resume's truth at every instant, a SIGKILL of the driver include
 - hidden files are temporaries being written (Tune's atomic saves, hpo's history cuts) and
   are not copied.
 A file system other than the local one, or a copy that excludes files, goes through Tune's
-own copy. An ended trial's folder is copied the same way as the trial ends, between the
-snapshot's copies (copy_tree; hpo.driver.plugins.ended_copy): its rows then run ahead of the
-folder's snapshot, as a running trial's do.
+own copy. An ended trial's folder that the folder's snapshot names is copied the same way as
+the trial ends, between the snapshot's copies (copy_tree; hpo.driver.plugins.ended_copy): its
+rows then run ahead of the folder's snapshot, as a running trial's do, and a resume cuts them
+back to the trial's checkpoint.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import itertools
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -63,6 +66,18 @@ def copy_changed(upload: Callable[..., Any], copied: Copied, local_path: str, fs
     finally:
         for beside in states:  # left by a failed copy
             _unlink(beside.partial)
+
+
+def named_trials(fs_path: str) -> frozenset[str]:
+    """The trial folders that the experiment folder's snapshot names (its newest
+    experiment_state-*.json); none where it has none, or one that does not read whole."""
+    states = sorted(glob.glob(os.path.join(glob.escape(fs_path), "experiment_state-*.json")))
+    try:
+        with open(states[-1]) as file:
+            trials = json.load(file)["trial_data"]
+        return frozenset(json.loads(pair[0])["relative_logdir"] for pair in trials)
+    except (IndexError, OSError, ValueError, KeyError, TypeError):
+        return frozenset()
 
 
 def local(fs: Any) -> bool:

@@ -26,14 +26,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from hpo.driver import ray_private
-from hpo.driver.guards.snapshot_copy import Copied, copy_changed, copy_tree, local
+from hpo.driver.guards import storage_faults
+from hpo.driver.guards.snapshot_copy import Copied, copy_changed, copy_tree, local, named_trials
 
 _log = logging.getLogger("hpo.history")
 # Tune's snapshots are max(10 s, 19 x a snapshot's time) apart: 5% of the run, which here
@@ -45,6 +47,7 @@ _log = logging.getLogger("hpo.history")
 # driver 3 of its 11 CPU-s in overhead_peers' util8, 100 s of 160 trials without checkpoints).
 PERIOD_FLOOR_S = 10.0
 CHECKPOINT_PERIOD_FLOOR_S = 1.0
+END_WAIT_S = 10.0  # at a fit's end, for the ended trials' copies still queued (redundant then)
 
 
 class _Dropped:
@@ -57,24 +60,44 @@ class _Dropped:
         # One copy at a time: Tune starts the next one beside a copy that ran past its
         # sync_timeout, and that one must not delete what the late one's snapshot names.
         self.copying = threading.Lock()
-        self.copied: Copied = {}  # what the snapshot's copies wrote
+        self.copied: Copied = {}  # what the snapshot's and the ended trials' copies wrote
         self.last_copy_s = 0.0
-        self._early = ThreadPoolExecutor(1, thread_name_prefix="hpo-copy")
+        # The trial folders that the folder's snapshot (the last one copied whole) names:
+        # only those are copied as they end. The folder of a trial begun since would be one
+        # that no snapshot names, left beside the trial's rerun by a resume after a kill.
+        self.named: frozenset[str] = frozenset()
+        self._ended: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
+        self._copier: threading.Thread | None = None
 
     def copy_early(self, folder: str, into: str) -> None:
-        """Copy an ended trial's folder now, in a thread, one copy at a time with the
-        snapshot's: the snapshot's next copy then finds its files copied already."""
-        self._early.submit(self._copy_early, folder, into)
+        """Copy an ended trial's folder now, in a thread of its own, one copy at a time with
+        the snapshot's: the snapshot's next copy then finds its files copied already."""
+        if os.path.basename(folder) not in self.named:
+            return  # the next snapshot's copy takes it, as before
+        if self._copier is None:  # a daemon: a hung file system holds no exit
+            self._copier = threading.Thread(target=self._copy_ended, name="hpo-copy",
+                                            daemon=True)
+            self._copier.start()
+        self._ended.put((folder, into))
 
-    def _copy_early(self, folder: str, into: str) -> None:
-        with self.copying:
-            try:
-                copy_tree(self.copied, folder, into)
-            except Exception as exc:  # noqa: BLE001  the snapshot's copy meets it again
-                _log.debug("the ended trial's folder %s was not copied early: %s", folder, exc)
+    def _copy_ended(self) -> None:
+        while (job := self._ended.get()) is not None:
+            with self.copying:
+                watch = storage_faults.current()
+                if watch is not None and watch.fault is not None:
+                    continue  # the room left is the stop's snapshot's
+                try:
+                    copy_tree(self.copied, *job)
+                except OSError as exc:  # the snapshot's copy meets it again, and says so
+                    _log.debug("%s was not copied as its trial ended: %s", job[0], exc)
+                except Exception:  # the snapshot's copy takes it
+                    _log.warning("%s was not copied as its trial ended", job[0], exc_info=True)
 
-    def end_early(self) -> None:
-        self._early.shutdown(wait=True, cancel_futures=True)
+    def end_early(self, wait_s: float = END_WAIT_S) -> None:
+        """Let the ended trials' copies queued so far run, for wait_s at most."""
+        if self._copier is not None:
+            self._ended.put(None)
+            self._copier.join(wait_s)
 
     def mark(self, fs: Any, fs_path: str) -> None:
         with self._lock:
@@ -116,6 +139,8 @@ class _SnapshotCopy:
             for fs, fs_path in self.due:
                 _delete(fs, fs_path)
             self.dropped.last_copy_s = time.monotonic() - started
+            if local(kwargs["fs"]) and not kwargs.get("exclude"):  # hpo's copy: ended
+                self.dropped.named = named_trials(kwargs["fs_path"])  # trials copied early
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _plain, (self.upload,)
@@ -137,9 +162,10 @@ _current: _Dropped | None = None  # the running fit's
 
 def copy_ended_trial(staging: str, fs: Any, fs_path: str) -> None:
     """Copy an ended trial's folder (its driver staging folder) into the experiment folder
-    now, in the running fit's copy thread: at a run's end, the last snapshot's copy held the
-    files of every trial that had ended since the one before (1.0-1.2 s at 640 trials on 2
-    cores, 19 s of them, issue 36). Where Tune's own copy runs (not a local folder), nothing."""
+    now, in the running fit's copy thread, where the folder's snapshot names the trial: at a
+    run's end, the last snapshot's copy held the files of every trial that had ended since
+    the one before (1.0-1.2 s at 640 trials on 2 cores, issue 36). Where Tune's own copy runs
+    (not a local folder), nothing."""
     dropped = _current
     if dropped is not None and local(fs):
         dropped.copy_early(staging, fs_path)

@@ -4,8 +4,10 @@ Tune copies the driver's staging folder (every trial's logs: result.json, progre
 events) into the experiment folder with each experiment snapshot, and those come 10 s or
 more apart (hpo.driver.guards.snapshot_deletes). At a run's end, the last snapshot then copied
 the files of every trial that had ended since the one before, while the allocation waited:
-1.0-1.2 s of a 640-trial run's end on 2 cores (issue 36). Here each trial's folder is copied
-as the trial ends, in the copy's own thread, so the snapshot's copy finds it copied already.
+1.0-1.2 s of a 640-trial run's end on 2 cores (issue 36). Here the folder of a trial that the
+experiment folder's snapshot names already is copied as the trial ends, in a copy thread of
+its own, so the snapshot's copy finds it copied (a trial begun since waits for that copy:
+copied early, its folder would be one that no snapshot names, beside its rerun after a kill).
 """
 
 from __future__ import annotations
@@ -23,4 +25,6 @@ class EndedTrialsCopied(Callback):
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any,
                           **info: Any) -> None:
-        copy_ended_trial(*ray_private.trial_folders(trial))
+        folders = ray_private.trial_folders(trial)  # None: a trial stopped before its start
+        if folders is not None:
+            copy_ended_trial(*folders)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -88,7 +89,13 @@ def _rank(rank: int, port: int, out: dict) -> None:
                        model.module.parameters(), by_hand.parameters(), strict=True)),
                    after=float(noise.steps), buckets=buckets)
     torch.distributed.barrier()  # neither leaves (rank 0 takes the store) while one still works
+    if rank == 0:  # the store is rank 0's: it goes after rank 1 has shut down (rank 1 aborted
+        deadline = time.monotonic() + 60  # twice in full suites, "terminate called without
+        while "left" not in out and time.monotonic() < deadline:  # an active exception")
+            time.sleep(0.01)
     dist.shutdown()
+    if rank == 1:
+        out["left"] = True
 
 
 def test_two_ddp_ranks_measure_their_own_and_the_mean_gradient() -> None:

@@ -80,9 +80,11 @@ def misnamed_metric(config: dict[str, Any]) -> None:
 
 
 def parent_process(config: dict[str, Any]) -> None:
-    """Reports whether its worker was forked by hpo's fork server, and Tune's PL_DISABLE_FORK."""
+    """Reports whether its worker was forked by hpo's fork server, whether it leads a process
+    group of its own (as Ray starts its workers), and Tune's PL_DISABLE_FORK."""
     parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     hpo.report({"score": 1.0, "forked": "fork_server_process" in parent,
+                "own_group": os.getpgid(0) == os.getpid(),
                 "pl_disable_fork": os.environ.get("PL_DISABLE_FORK")})
 
 

@@ -500,6 +500,7 @@ def test_a_runs_trials_run_in_forked_workers_with_tunes_variable_set(tmp_path: P
             "search_space": {"x": {"uniform": [0.0, 1.0]}}, "storage": str(tmp_path)}
     frame = hpo.run(spec, num_cpus=2, keep_ray=False).dataframe
     assert list(frame["forked"]) == [True, True, True]
+    assert list(frame["own_group"]) == [True, True, True]  # as the raylet's stubs
     assert list(frame["pl_disable_fork"]) == ["1", "1", "1"]
 
 

@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, cli_invoke, command_lines, hpo_cli, trial_rows
+
+from hpo.driver import worker_stub
 
 SPEC = """name: w
 trainable: {root}/tests/study_trainables.py:steady
@@ -104,3 +108,31 @@ def test_a_head_file_without_a_ray_behind_it_is_no_warm_ray(warm_dir: Path) -> N
         {"address": "127.0.0.1:1", "token_file": str(warm_dir / "t"), "cpus": 2}))
     assert warm.for_run(None) is None
     assert not (warm_dir / "head.json").exists()
+
+
+@pytest.mark.slow
+def test_each_run_on_the_warm_ray_has_its_workers_forked_by_a_server_of_its_own(
+        tmp_path: Path, warm_dir: Path) -> None:
+    """The warm raylet's worker command is hpo's stub, which asks the fork server of its
+    worker's job: each run starts one, linked where the stubs look, unlinked at its end. A
+    fork leads a process group of its own: the warm raylet kills a worker's group at its
+    end, and the driver's group (the fork server's) would otherwise go with it."""
+    import pandas as pd
+
+    spec = tmp_path / "f.yaml"
+    spec.write_text(SPEC.format(root=ROOT).replace("steady", "parent_process")
+                    .replace("num_samples: 2", "num_samples: 3"))
+    assert hpo_cli("local", "up", "--cpus", "2").returncode == 0
+    head = json.loads((warm_dir / "head.json").read_text())
+    raylet = Path(f"/proc/{head['raylet_pid']}/cmdline").read_bytes()
+    assert f" -S {worker_stub.__file__} ".encode() in raylet
+    for name in ("a", "b"):  # two jobs
+        ran = subprocess.run([sys.executable, "-m", "hpo", "run", str(spec), "--storage",
+                              str(tmp_path), "--name", name], capture_output=True, text=True,
+                             timeout=300, start_new_session=True)  # this test's group apart
+        assert ran.returncode == 0, ran.stderr
+        frame = pd.DataFrame([rows[-1] for rows in trial_rows(tmp_path / name).values()])
+        assert list(frame["forked"]) == [True] * 3
+        assert list(frame["own_group"]) == [True] * 3
+        assert list(frame["pl_disable_fork"]) == ["1"] * 3
+        assert not list(Path(head["temp_dir"]).glob("fork-*.sock"))

@@ -112,12 +112,12 @@ def run(space: Path, storage: str | None = typer.Option(None, help="Results root
 
 
 def _warm_or_forks_ahead(cpus: int | None) -> RayCluster | None:
-    """The warm Ray this run uses (`hpo local up`), or None: then the run starts its own, and
-    its workers' fork server starts now, while the rest of hpo is imported."""
+    """The warm Ray this run uses (`hpo local up`), or None: then the run starts its own. The
+    run's workers' fork server starts now, while the rest of hpo is imported."""
     from hpo.cluster import warm
 
     cluster = warm.for_run(cpus)
-    if cluster is None:
+    if cluster is None or cluster.fork_socket:  # a warm Ray's stubs ask for this run's forks
         from hpo.driver.fork_server import start_ahead
 
         start_ahead()

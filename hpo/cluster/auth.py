@@ -21,6 +21,10 @@ class RayCluster:
     node_ip: str
     token_file: Path
     notes: tuple[str, ...] = ()  # what the nodes found at start (e.g. fewer CPUs than held)
+    # Where this node's worker stubs look for a job's fork server ({job}: the job's ID), and
+    # the raylet whose workers it forks: a warm local Ray's (hpo.cluster.warm); "" and 0: none.
+    fork_socket: str = ""
+    raylet_pid: int = 0
 
 
 def new_token(folder: Path) -> Path:

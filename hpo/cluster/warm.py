@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from hpo.cluster.auth import RayCluster, new_token
 from hpo.cluster.bootstrap import gcs_listening
 from hpo.cluster.node import descendants, ray_executable, stop_processes
 from hpo.cluster.ports import pick_ports
+from hpo.cluster.warm_head import PID_LINE
+from hpo.driver import fork_server
 from hpo.errors import ExperimentError
 
 FOLDER_VAR = "HPO_LOCAL_RAY"
@@ -45,7 +48,9 @@ def running() -> tuple[RayCluster, int | None] | None:
     if not gcs_listening(saved["address"]):
         head.unlink(missing_ok=True)
         return None
-    return RayCluster(saved["address"], _IP, Path(saved["token_file"])), saved["cpus"]
+    return RayCluster(saved["address"], _IP, Path(saved["token_file"]),
+                      fork_socket=saved.get("fork_socket", ""),
+                      raylet_pid=saved.get("raylet_pid", 0)), saved["cpus"]
 
 
 def for_run(cpus: int | None) -> RayCluster | None:
@@ -70,11 +75,15 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
     # not hpo-*: a run sweeps those that no live process holds (hpo.driver.run_dir)
     private = tempfile.mkdtemp(prefix="hpolocal-", dir="/tmp")
     temp_dir = f"{private}/r"
-    args = [ray_executable(), "start", "--head", f"--port={port}", f"--node-ip-address={_IP}",
-            f"--temp-dir={temp_dir}", "--include-dashboard=false", "--no-monitor",
-            "--disable-usage-stats", "--include-log-monitor=false",
-            *([f"--num-cpus={cpus}"] if cpus is not None else []),
-            *([f"--num-gpus={gpus}"] if gpus is not None else [])]
+    ray_args = ["--head", f"--port={port}", f"--node-ip-address={_IP}",
+                f"--temp-dir={temp_dir}", "--include-dashboard=false", "--no-monitor",
+                "--disable-usage-stats", "--include-log-monitor=false",
+                *([f"--num-cpus={cpus}"] if cpus is not None else []),
+                *([f"--num-gpus={gpus}"] if gpus is not None else [])]
+    forks = fork_server.available()
+    fork_socket = f"{private}/fork-{{job}}.sock"  # {job}: each run's job (hpo.driver.worker_stub)
+    args = ([sys.executable, "-m", "hpo.cluster.warm_head", fork_socket, *ray_args] if forks
+            else [ray_executable(), "start", *ray_args])
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
            "RAY_USAGE_STATS_ENABLED": "0",
            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray keeps 127.0.0.1 only when local-only
@@ -85,9 +94,19 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ExperimentError(f"`ray start --head` failed (exit {done.returncode}): {tail[0]}")
     address = f"{_IP}:{port}"
-    (where / HEAD_FILE).write_text(json.dumps({"address": address, "token_file": str(token),
-                                               "cpus": cpus, "temp_dir": private}))
-    return RayCluster(address, _IP, token)
+    raylet = _raylet_pid(done.stdout) if forks else 0
+    head = {"address": address, "token_file": str(token), "cpus": cpus, "temp_dir": private,
+            **({"fork_socket": fork_socket, "raylet_pid": raylet} if raylet else {})}
+    (where / HEAD_FILE).write_text(json.dumps(head))
+    return RayCluster(address, _IP, token, fork_socket=head.get("fork_socket", ""),
+                      raylet_pid=raylet)
+
+
+def _raylet_pid(said: str) -> int:
+    """The raylet's pid, from hpo.cluster.warm_head's last line (0: not said)."""
+    lines = said.strip().splitlines()
+    last = lines[-1] if lines else ""
+    return int(last[len(PID_LINE):]) if last.startswith(PID_LINE) else 0
 
 
 def down() -> int:

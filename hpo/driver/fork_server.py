@@ -95,6 +95,7 @@ class ForkServer:
 
     def __init__(self, run_dir: Path) -> None:
         self._path = run_dir / "fork.sock"
+        self._link: Path | None = None
         read_end, write_end = os.pipe()
         # Only the server holds the socket: when it ends (or fails), the stubs find it closed
         # and start their workers as Ray would.
@@ -118,19 +119,22 @@ class ForkServer:
         self._preloaded: set[str] = set()
         self.forking = True  # until told to stop (preload_for)
         self.setup_worker = worker_stub.__file__  # Ray's setup_worker_path for the node
-        # For the raylet's environment while it starts: each worker's stub inherits it.
-        self.env = {worker_stub.SERVER_ENV: str(self._path),
-                    worker_stub.RAY_SETUP_ENV: _ray_setup_worker()}
+        self.env = stubs_env(str(self._path))  # for the raylet's environment while it starts
 
-    def start(self, raylet_pid: int, job_id: str = FIRST_JOB) -> None:
+    def start(self, raylet_pid: int, job_id: str = FIRST_JOB, link: Path | None = None) -> None:
         """Serve the workers of a job (by default this process's, whose `ray.init` is
         starting the node) on the node whose raylet is raylet_pid, in the environment that
         raylet gives its workers. Called as soon as the raylet is started, so that the
-        server imports Ray while the node comes up."""
+        server imports Ray while the node comes up. `link`: where that node's stubs look for
+        this job's server (a warm node's, which serves many jobs), made a symbolic link to
+        this server's socket, removed at close (OSError: the raylet or that folder gone)."""
         env = environ_of(raylet_pid)
         env.pop("LD_PRELOAD", None)  # Ray's allocator for its raylet, not for workers
         env.update(RAY_JOB_ID=job_id, RAY_RAYLET_PID=str(raylet_pid))
         self._tell(env)
+        if link is not None:
+            link.symlink_to(self._path)
+            self._link = link
 
     def preload_for(self, trainable: Any) -> None:
         """Have the server import the heavy libraries a fresh worker imports with this
@@ -151,6 +155,8 @@ class ForkServer:
             self._orders.flush()  # workers as Ray does
 
     def close(self) -> None:
+        if self._link is not None:  # first: no stub of this job queues for it any more
+            self._link.unlink(missing_ok=True)
         with contextlib.suppress(BrokenPipeError):
             self._orders.close()  # before its start: the server ends
         self._server.terminate()
@@ -159,6 +165,13 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self._server.kill()
             self._server.wait()
+
+
+def stubs_env(socket_path: str) -> dict[str, str]:
+    """What a node's raylet is given in its environment for the stubs it starts (each
+    inherits it): where the fork server's socket is (with worker_stub.JOB for a warm node's
+    per-job servers), and Ray's own setup_worker.py for a worker the server does not fork."""
+    return {worker_stub.SERVER_ENV: socket_path, worker_stub.RAY_SETUP_ENV: _ray_setup_worker()}
 
 
 def environ_of(pid: int) -> dict[str, str]:

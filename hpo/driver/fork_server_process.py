@@ -48,6 +48,7 @@ WORKER_EXTRAS = ("IPython.core.interactiveshell", "pydantic.v1", "starlette.data
                  "pyarrow.json", "ray._private.arrow_serialization", "hpo.trial.batched",
                  "ray._private.workers.setup_worker", "ray.dag.compiled_dag_node")
 _INT = struct.Struct("!i")
+_PEER = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
 _MAX_REQUEST = 1 << 20  # one request: the stub's arguments and environment
 # Ray's C++ side reads these from the environment once, at `import ray`: a fork serves only
 # workers whose values match the server's (one job's workers on one node).
@@ -160,9 +161,12 @@ class _Server:
                 conn.send(_INT.pack(-1))  # the stub starts it as Ray would
             conn.close()
             return
+        own_group = _group_leader(conn)
         pid = os.fork()
         if pid == 0:
             self._close_all(conn)
+            if own_group:
+                os.setpgid(0, 0)
             _become_worker(request, fds)
         for fd in fds:
             os.close(fd)
@@ -202,6 +206,17 @@ class _Server:
             _close(key.fileobj)
         self._selector.close()
         conn.close()
+
+
+def _group_leader(conn: socket.socket) -> bool:
+    """Whether the stub at the other end leads a process group of its own, as Ray starts a
+    worker where its raylet kills the group at the worker's end: then so does the fork.
+    Otherwise the fork would stay in this server's group, its driver's, which a warm node's
+    raylet (not the driver's) would kill with it."""
+    with contextlib.suppress(OSError):
+        pid = _PEER.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEER.size))[0]
+        return os.getpgid(pid) == pid
+    return False
 
 
 def _close(fileobj: Any) -> None:

@@ -223,15 +223,48 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
 def _run_dir_and_forks(stack: contextlib.ExitStack) -> tuple[Path, fork_server.ForkServer | None]:
     """The run's private folder, its token set, and a fork server: those `hpo run` started
     ahead (fork_server.start_ahead), or new ones; the stack ends them."""
+    run_dir, forks = _ahead_or_new(stack)
+    stack.enter_context(token_env(new_token(run_dir)))
+    return run_dir, forks
+
+
+def _ahead_or_new(stack: contextlib.ExitStack) -> tuple[Path, fork_server.ForkServer | None]:
     ahead = fork_server.taken_ahead()
     if ahead is not None:
         held, run_dir, forks = ahead
         stack.enter_context(held)
-        stack.enter_context(token_env(new_token(run_dir)))
         return run_dir, forks
     run_dir = stack.enter_context(private_run_dir())
-    stack.enter_context(token_env(new_token(run_dir)))
     return run_dir, stack.enter_context(fork_server.serving(run_dir))
+
+
+@contextlib.contextmanager
+def _job_forks(cluster: RayCluster) -> Iterator[None]:
+    """On a warm local Ray (hpo.cluster.warm), whose raylet's stubs look for each job's own
+    fork server: this driver's job's, while the block runs (none where the node has no
+    stubs, or its raylet is gone)."""
+    if not cluster.fork_socket:
+        yield
+        return
+    import ray
+
+    with contextlib.ExitStack() as stack:
+        forks = _ahead_or_new(stack)[1]
+        job = ray.get_runtime_context().get_job_id()
+        try:
+            if forks is not None:
+                forks.start(cluster.raylet_pid, job,
+                            link=Path(cluster.fork_socket.replace("{job}", job)))
+        except OSError as error:
+            logging.getLogger("hpo.cluster").warning(
+                "workers start as Ray starts them: no fork server for this run (%s)", error)
+            forks = None
+        if forks is not None:
+            _set_forks(forks)
+            stack.callback(_set_forks, None)
+            runtime_env_private.note_raylet(cluster.raylet_pid)
+            stack.callback(runtime_env_private.note_raylet, None)
+        yield
 
 
 def _set_forks(forks: fork_server.ForkServer | None) -> None:
@@ -287,6 +320,7 @@ def connected_ray(cluster: RayCluster, log_file: Path) -> Iterator[dict[str, flo
         for note in cluster.notes:
             logging.getLogger("hpo.cluster").warning(note)
         try:
-            yield ray.cluster_resources()
+            with _job_forks(cluster):
+                yield ray.cluster_resources()
         finally:
             ray.shutdown()

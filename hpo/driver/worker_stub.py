@@ -19,6 +19,9 @@ import posix
 import sys
 
 SERVER_ENV = "HPO_FORK_SERVER"  # the server's socket
+# In SERVER_ENV, where a node serves many jobs (a warm local Ray), each job's server has its
+# own socket: the stub puts its own job (the raylet's RAY_JOB_ID) in its place.
+JOB = b"{job}"
 RAY_SETUP_ENV = "HPO_RAY_SETUP_WORKER"  # Ray's own setup_worker.py
 _CONTEXT = "--serialized-runtime-env-context"
 _INT = _struct.Struct("!i")
@@ -143,6 +146,7 @@ def main() -> None:
     args = sys.argv[1:]
     server = posix.environ.get(SERVER_ENV.encode())
     if server:
+        server = server.replace(JOB, posix.environ.get(b"RAY_JOB_ID", b"none"))
         code = _forked(server, args)
         if code is not None and code < 0:  # killed by a signal: so is the process Ray started
             _signal.signal(-code, _signal.SIG_DFL)

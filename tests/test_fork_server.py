@@ -516,3 +516,39 @@ def test_a_runtime_env_that_repeats_the_servers_values_is_forked_and_set(
         command = _parent_command(parent)
     assert "hpo.driver.fork_server_process" in command
     assert seen == home
+
+
+def test_a_warm_raylet_is_served_only_where_it_runs_confined_alike() -> None:
+    """A run's fork server gives its forks the run's cgroups and CPUs: it serves a warm
+    raylet's workers only where that raylet has the same (not one in another Slurm step)."""
+    from hpo.driver.fork_server import confined_alike
+
+    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                          stdin=subprocess.PIPE) as other:
+        alike = confined_alike(other.pid)
+        cpus = os.sched_getaffinity(0)
+        if len(cpus) > 1:
+            os.sched_setaffinity(other.pid, {min(cpus)})
+        apart = confined_alike(other.pid)
+        other.stdin.close()  # type: ignore[union-attr]
+    assert alike
+    assert not apart or len(cpus) == 1
+    assert not confined_alike(other.pid)  # gone
+
+
+def test_a_bad_spec_starts_no_fork_server(tmp_path: Path) -> None:
+    """`hpo run` starts its workers' fork server ahead, but only once the spec is valid."""
+    from conftest import cli_invoke
+
+    from hpo.driver import fork_server
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: b\ntrainable: x:y\nmetric: m\nmode: sideways\n")
+    try:
+        code, said, _ = cli_invoke(["run", str(bad), "--storage", str(tmp_path)])
+    finally:
+        ahead = fork_server.taken_ahead()
+        if ahead is not None:
+            ahead[0].close()
+    assert code == 2 and "mode" in said + _
+    assert ahead is None

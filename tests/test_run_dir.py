@@ -72,7 +72,7 @@ def test_private_run_dir_is_locked_private_and_removed(tmp_path: Path) -> None:
 def test_hpo_log_says_rays_advice_in_hpos_words() -> None:
     import logging
 
-    from hpo.driver.ray_session import InHposWords
+    from hpo.driver.ray_log import InHposWords
 
     words = InHposWords()
 

@@ -25,7 +25,7 @@ from conftest import hpo_cli
 from hpo.driver.guards import storage_faults
 from hpo.driver.guards.storage_faults import Fault, StorageWatch, classify, storage_guard
 from hpo.driver.plugins.trial_logs import StorageReserve
-from hpo.driver.ray_session import _RunLog
+from hpo.driver.ray_log import RunLog
 from hpo.errors import StorageError
 from hpo.results import load_results
 
@@ -103,7 +103,7 @@ class _QuotaStream(io.StringIO):
 def test_over_quota_log_is_quiet_and_names_the_path(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture) -> None:
     """EDQUOT injected into hpo.log's stream: no "--- Logging error ---", the fault noted."""
-    handler = _RunLog(tmp_path / "hpo.log")
+    handler = RunLog(tmp_path / "hpo.log")
     handler.stream = _QuotaStream()
     logger = logging.getLogger("hpo.test.quota")
     logger.addHandler(handler)
@@ -124,7 +124,7 @@ def test_remote_fault_reported_in_a_log_record_is_noted(tmp_path: Path) -> None:
     """The experiment snapshot's sync (Ray's syncer, on the driver) says it only in text."""
     with pytest.raises(StorageError, match=r"^disk quota|the disk quota is exceeded"), \
             storage_guard(tmp_path) as watch:
-        handler = _RunLog(tmp_path / "hpo.log")
+        handler = RunLog(tmp_path / "hpo.log")
         record = logging.LogRecord("ray.train._internal.syncer", logging.ERROR, __file__, 1,
                                    "The latest sync operation failed with the following error: "
                                    "OSError('[Errno 122] Disk quota exceeded')", None, None)

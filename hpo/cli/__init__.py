@@ -101,10 +101,10 @@ def run(space: Path, storage: str | None = typer.Option(None, help="Results root
 
     state["ran"] = True  # see main()
     with start_stops():  # a stop while hpo imports and starts: one line, nothing left
-        cluster = _warm_or_forks_ahead(cpus)
         import hpo
 
-        spec = hpo.load_spec(space, overrides)
+        spec = hpo.load_spec(space, overrides)  # a bad spec (0.1 s): nothing started
+        cluster = _warm_or_forks_ahead(cpus)
         # one process, one run: Ray ends with it (a warm one, `hpo local up`, keeps running)
         result = hpo.run(spec, storage=storage, name=name, num_cpus=cpus, source=str(space),
                          time_limit_s=time_limit, keep_ray=False, cluster=cluster)

@@ -22,16 +22,15 @@ from pathlib import Path
 
 from hpo.cluster.auth import RayCluster, new_token
 from hpo.cluster.bootstrap import gcs_listening
-from hpo.cluster.node import descendants, ray_executable, stop_processes
+from hpo.cluster.node import descendants, stop_processes
 from hpo.cluster.ports import pick_ports
-from hpo.cluster.warm_head import PID_LINE
-from hpo.driver import fork_server
 from hpo.errors import ExperimentError
 
 FOLDER_VAR = "HPO_LOCAL_RAY"
 HEAD_FILE = "head.json"
 _IP = "127.0.0.1"
 _STOP_GRACE_S = 10.0
+PID_LINE = "raylet pid "  # hpo.driver.warm_head's last line, where the workers are forked
 
 
 def folder() -> Path:
@@ -80,10 +79,8 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
                 "--disable-usage-stats", "--include-log-monitor=false",
                 *([f"--num-cpus={cpus}"] if cpus is not None else []),
                 *([f"--num-gpus={gpus}"] if gpus is not None else [])]
-    forks = fork_server.available()
     fork_socket = f"{private}/fork-{{job}}.sock"  # {job}: each run's job (hpo.driver.worker_stub)
-    args = ([sys.executable, "-m", "hpo.cluster.warm_head", fork_socket, *ray_args] if forks
-            else [ray_executable(), "start", *ray_args])
+    args = [sys.executable, "-m", "hpo.driver.warm_head", fork_socket, *ray_args]
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
            "RAY_USAGE_STATS_ENABLED": "0",
            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray keeps 127.0.0.1 only when local-only
@@ -94,7 +91,7 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ExperimentError(f"`ray start --head` failed (exit {done.returncode}): {tail[0]}")
     address = f"{_IP}:{port}"
-    raylet = _raylet_pid(done.stdout) if forks else 0
+    raylet = _raylet_pid(done.stdout)
     head = {"address": address, "token_file": str(token), "cpus": cpus, "temp_dir": private,
             **({"fork_socket": fork_socket, "raylet_pid": raylet} if raylet else {})}
     (where / HEAD_FILE).write_text(json.dumps(head))
@@ -103,7 +100,8 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
 
 
 def _raylet_pid(said: str) -> int:
-    """The raylet's pid, from hpo.cluster.warm_head's last line (0: not said)."""
+    """The raylet's pid, from hpo.driver.warm_head's last line (0: not said, the workers are
+    not forked)."""
     lines = said.strip().splitlines()
     last = lines[-1] if lines else ""
     return int(last[len(PID_LINE):]) if last.startswith(PID_LINE) else 0

@@ -174,6 +174,18 @@ def stubs_env(socket_path: str) -> dict[str, str]:
     return {worker_stub.SERVER_ENV: socket_path, worker_stub.RAY_SETUP_ENV: _ray_setup_worker()}
 
 
+def confined_alike(pid: int) -> bool:
+    """Whether this process runs where process `pid` (a raylet this process did not start)
+    runs: the same cgroups (a Slurm step's CPUs, memory and devices) and CPU affinity. A fork
+    server this process starts gives its forks this process's; forks must be where the
+    raylet would start its own workers."""
+    try:
+        return Path("/proc/self/cgroup").read_bytes() == Path(f"/proc/{pid}/cgroup").read_bytes() \
+            and os.sched_getaffinity(0) == os.sched_getaffinity(pid)
+    except OSError:  # the raylet is gone, or cgroups are not there to read
+        return False
+
+
 def environ_of(pid: int) -> dict[str, str]:
     """The environment process `pid` was started with (/proc/<pid>/environ)."""
     raw = Path(f"/proc/{pid}/environ").read_bytes()

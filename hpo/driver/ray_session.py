@@ -5,9 +5,10 @@ skips Ray's start-up); `shutdown()` ends it.
 
 Token auth is on with a per-run token in a 0600 file (so other users on a shared login node
 cannot attach), and nothing is written to ~/.ray (which would flip later `ray start`s of the
-same user into token mode). Ray's own log lines go to the experiment's log file. The embedded
-Ray starts without the three helper processes a one-machine run never uses (see
-_lean_head).
+same user into token mode). Ray's own log lines go to the experiment's log file
+(hpo.driver.ray_log). The embedded Ray starts without the three helper processes a
+one-machine run never uses (see _lean_head). A run on a warm local Ray (hpo.cluster.warm)
+starts a fork server for its job on that Ray's node.
 """
 
 from __future__ import annotations
@@ -24,98 +25,8 @@ from typing import Any
 from hpo.cluster.auth import RayCluster, environ_overlay, new_token, token_env
 from hpo.cluster.slurm_env import rocm_visible
 from hpo.driver import fork_server, ray_start_private, runtime_env_private
-from hpo.driver.guards import storage_faults
+from hpo.driver.ray_log import log_ray_to, stop_logging
 from hpo.driver.run_dir import private_run_dir
-
-# Ray's loggers and hpo's driver-side ones (rasda's growths and walltime holds, stops, cut
-# histories, trials that lost their node, nodes short of CPUs) go to hpo.log.
-_RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.data", "hpo.rasda", "hpo.stops",
-                "hpo.history", "hpo.node_loss", "hpo.cluster")
-
-
-class _RunLog(logging.FileHandler):
-    """hpo.log, which lies on the experiment's file system: when that is full, a failed write
-    is noted as the run's storage fault instead of Python's "--- Logging error ---" traceback
-    on stderr (one per Ray log line: hundreds), and the log goes quiet. The records are also
-    watched for Ray's own reports of storage faults (the experiment snapshot's sync, a trial's
-    checkpoint upload; a trial's own OSError is left to Tune's retries)."""
-
-    _broken = False
-
-    def emit(self, record: logging.LogRecord) -> None:
-        watch = storage_faults.current()
-        if watch and record.levelno >= logging.WARNING:
-            watch.note(watch.reported(record))
-        if not self._broken:
-            super().emit(record)
-
-    def handleError(self, record: logging.LogRecord) -> None:
-        fault = storage_faults.classify(sys.exc_info()[1])
-        watch = storage_faults.current()
-        if fault is None:
-            super().handleError(record)
-        elif watch:
-            watch.note(storage_faults.Fault(fault.errno, self.baseFilename))
-        self._broken = fault is not None
-
-    def flush(self) -> None:
-        try:
-            super().flush()
-        except OSError as exc:
-            if storage_faults.classify(exc) is None:
-                raise
-
-
-class InHposWords(logging.Filter):
-    """Ray's lines that send the user to Ray's own API or knobs, in hpo's words: Tune's
-    "snapshotting has been triggered multiple times" warning once (it repeats in every
-    checkpointing run), its `Tuner.restore(...)` hint not at all (the run's last line says
-    how to resume)."""
-
-    SNAPSHOTS = ("the experiment state is saved often: Tune saves it after every "
-                 "checkpoint.keep checkpoints of any trial (a larger checkpoint.keep, or a "
-                 "larger checkpoint.frequency, saves it less often)")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._snapshots_said = False
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        if "snapshotting has been triggered multiple times" in text:
-            if self._snapshots_said:
-                return False
-            self._snapshots_said = True
-            record.msg, record.args = self.SNAPSHOTS, ()
-        elif "Resume experiment with:" in text:
-            record.msg, record.args = text.split("\nResume experiment with:")[0], ()
-        return True
-
-
-def _log_ray_to(log_file: Path) -> logging.Handler:
-    """Send the driver's Ray log records to the run's log file instead of the terminal."""
-    handler = _RunLog(log_file)
-    handler.addFilter(InHposWords())
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    for name in ("hpo.rasda", "hpo.cluster"):  # their INFO lines: growths, the Ray used
-        if logging.getLogger(name).level == logging.NOTSET:
-            logging.getLogger(name).setLevel(logging.INFO)
-    for name in _RAY_LOGGERS:
-        logger = logging.getLogger(name)
-        for old in list(logger.handlers):
-            if isinstance(old, logging.StreamHandler) and not isinstance(
-                    old, logging.FileHandler):
-                logger.removeHandler(old)
-        logger.addHandler(handler)
-        logger.propagate = False
-    return handler
-
-
-def _stop_logging(handler: logging.Handler) -> None:
-    """A kept Ray serves the next run, which logs to its own folder."""
-    for name in _RAY_LOGGERS:
-        logging.getLogger(name).removeHandler(handler)
-    handler.close()
 
 
 def _lean_head(forks: fork_server.ForkServer | None,
@@ -242,8 +153,16 @@ def _ahead_or_new(stack: contextlib.ExitStack) -> tuple[Path, fork_server.ForkSe
 def _job_forks(cluster: RayCluster) -> Iterator[None]:
     """On a warm local Ray (hpo.cluster.warm), whose raylet's stubs look for each job's own
     fork server: this driver's job's, while the block runs (none where the node has no
-    stubs, or its raylet is gone)."""
+    stubs, its raylet is gone, or runs confined apart from this process: another Slurm
+    step's CPUs and devices)."""
     if not cluster.fork_socket:
+        yield
+        return
+    if not fork_server.confined_alike(cluster.raylet_pid):
+        fork_server.end_ahead()
+        logging.getLogger("hpo.cluster").info(
+            "workers start as Ray starts them: the warm Ray's raylet (pid %d) runs in other "
+            "cgroups or on other CPUs than this run", cluster.raylet_pid)
         yield
         return
     import ray
@@ -292,11 +211,11 @@ def embedded_ray(log_file: Path, num_cpus: int | None = None, num_gpus: int | No
     if _kept is not None and (_kept_args != (num_cpus, num_gpus) or not ray.is_initialized()):
         shutdown()
     stack, _kept, _kept_args = _kept or _start(num_cpus, num_gpus), None, None
-    handler = _log_ray_to(log_file)
+    handler = log_ray_to(log_file)
     try:
         yield ray.cluster_resources()
     finally:
-        _stop_logging(handler)
+        stop_logging(handler)
         if keep:
             _kept, _kept_args = stack, (num_cpus, num_gpus)
             atexit.unregister(shutdown)  # registered once, to remove the run dir at exit
@@ -315,7 +234,7 @@ def connected_ray(cluster: RayCluster, log_file: Path) -> Iterator[dict[str, flo
     with token_env(cluster.token_file):
         ray.init(address=cluster.address, _node_ip_address=cluster.node_ip,
                  log_to_driver=False, logging_level=logging.WARNING)
-        _log_ray_to(log_file)
+        log_ray_to(log_file)
         logging.getLogger("hpo.cluster").info("connected to Ray at %s", cluster.address)
         for note in cluster.notes:
             logging.getLogger("hpo.cluster").warning(note)

@@ -1,0 +1,42 @@
+"""`ray start --head` for the warm local Ray (hpo.cluster.warm): Ray's own command, run in
+this process inside hpo.driver.ray_start_private.lean_head, as an embedded run starts its
+node: no dashboard process, a minimal dashboard agent niced. Where workers can be forked
+(hpo.driver.fork_server.available), its raylet's worker command is hpo's stub
+(hpo.driver.worker_stub), which asks the fork server of the worker's own job (each `hpo run`
+on the warm Ray starts one: its workers are forks, not fresh Pythons that import Ray and
+Tune again, about 2 CPU-s each), and its last line of output is the raylet's pid.
+
+    python -m hpo.driver.warm_head SOCKET [ray start's arguments]
+
+SOCKET: where the stubs look for a job's fork server, with {job} for the job's ID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from hpo.cluster.warm import PID_LINE
+from hpo.driver import fork_server, ray_start_private, runtime_env_private, worker_stub
+
+
+def main(socket_path: str, ray_args: list[str]) -> None:
+    from ray.scripts.scripts import cli
+
+    forks = fork_server.available()
+    config = {**ray_start_private.NODE_CONFIG, **(fork_server.system_config() if forks else {})}
+    if forks:  # the stubs' and Tune's variables, which every worker inherits from the raylet
+        os.environ.update(fork_server.stubs_env(socket_path))
+        os.environ.update(runtime_env_private.TUNE_DEFAULT_ENV)
+    raylets: list[int] = []
+    with ray_start_private.lean_head(worker_stub.__file__ if forks else None,
+                                     on_raylet=raylets.append):
+        cli.main(args=["start", *ray_args, f"--system-config={json.dumps(config)}"],
+                 prog_name="ray", standalone_mode=False)
+    if forks:
+        print(f"{PID_LINE}{raylets[0]}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])

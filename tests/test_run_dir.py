@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from hpo.driver.run_dir import OWNER_FILE, private_run_dir, remove_stale
 
@@ -90,3 +94,27 @@ def test_hpo_log_says_rays_advice_in_hpos_words() -> None:
     assert said(interrupted) == ("Experiment has been interrupted, but the most recent state "
                                  "was saved.")
     assert said("Trial t1 completed.") == "Trial t1 completed."
+
+
+def test_run_folders_go_under_a_short_tmpdir_else_tmp(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """$TMPDIR, as Ray and other tools use it, where Ray's socket paths under it fit in 107
+    bytes; /tmp otherwise (too long, or not a folder)."""
+    from hpo.cluster.temp_dir import TMPDIR_MAX, temp_parent
+
+    short = Path(tempfile.mkdtemp(prefix="t", dir="/var/tmp" if Path("/var/tmp").is_dir()
+                                  else "/tmp"))
+    try:
+        monkeypatch.setenv("TMPDIR", str(short))
+        assert len(str(short)) <= TMPDIR_MAX and temp_parent() == short
+        with private_run_dir() as run_dir:
+            assert run_dir.parent == short
+        monkeypatch.setenv("TMPDIR", str(short / ("x" * TMPDIR_MAX)))
+        (short / ("x" * TMPDIR_MAX)).mkdir()
+        assert temp_parent() == Path("/tmp")  # too long
+        monkeypatch.setenv("TMPDIR", str(short / "gone"))
+        assert temp_parent() == Path("/tmp")
+        monkeypatch.delenv("TMPDIR")
+        assert temp_parent() == Path("/tmp")
+    finally:
+        shutil.rmtree(short)

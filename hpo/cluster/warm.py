@@ -4,10 +4,10 @@ Starting Ray is most of what a run waits for before its first trial (3-8 s on a 
 interactive node, more with many CPUs; issue 36). `hpo local up` starts a head once and leaves
 it running, `hpo local down` stops it. It is private to its user as a Slurm job's is: its
 folder (~/.hpo/local, or $HPO_LOCAL_RAY) is 0700 and holds a fresh token (Ray's token auth);
-Ray's temp dir is inside a fresh 0700 folder under /tmp (short: AF_UNIX socket paths are
-limited to 107 bytes, and a home folder on a cluster is long; inside, because Ray makes its
-temp dir world-writable), named in head.json; it listens on 127.0.0.1 only, on the user's own
-port block (cluster/ports.py).
+Ray's temp dir is inside a fresh 0700 folder under $TMPDIR or /tmp (hpo.cluster.temp_dir;
+short: AF_UNIX socket paths are limited to 107 bytes, and a home folder on a cluster is long;
+inside, because Ray makes its temp dir world-writable), named in head.json; it listens on
+127.0.0.1 only, on the user's own port block (cluster/ports.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from hpo.cluster.auth import RayCluster, new_token
 from hpo.cluster.bootstrap import gcs_listening
 from hpo.cluster.node import descendants, stop_processes
 from hpo.cluster.ports import pick_ports
+from hpo.cluster.temp_dir import temp_parent
 from hpo.errors import ExperimentError
 
 FOLDER_VAR = "HPO_LOCAL_RAY"
@@ -72,7 +73,7 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
     token = new_token(where)
     port = pick_ports(str(os.getuid())).gcs
     # not hpo-*: a run sweeps those that no live process holds (hpo.driver.run_dir)
-    private = tempfile.mkdtemp(prefix="hpolocal-", dir="/tmp")
+    private = tempfile.mkdtemp(prefix="hpolocal-", dir=temp_parent())
     temp_dir = f"{private}/r"
     ray_args = ["--head", f"--port={port}", f"--node-ip-address={_IP}",
                 f"--temp-dir={temp_dir}", "--include-dashboard=false", "--no-monitor",

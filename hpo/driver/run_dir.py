@@ -1,4 +1,4 @@
-"""The private /tmp folder of one embedded run (Ray's temp dir and the token live in it), and
+"""The private temp folder of one embedded run (Ray's temp dir and the token live in it), and
 the clean-up of such folders whose run was killed.
 
 A killed driver takes its Ray processes with it (Ray ties them to the driver's life) but
@@ -19,10 +19,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from hpo.cluster.temp_dir import temp_parent
+
 PREFIX = "hpo-"
 OWNER_FILE = "owner"
-
-
 def _owner_gone(folder: Path) -> bool:
     """True when the owner file exists and nobody holds its lock; a folder still being set up
     (no owner file yet), or not hpo's, counts as in use."""
@@ -64,10 +64,11 @@ def remove_stale(parent: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def private_run_dir(parent: Path = Path("/tmp")) -> Iterator[Path]:
-    """A fresh 0700 folder under parent (short: AF_UNIX socket paths are limited to 107
-    bytes), locked by this process while it exists, removed afterwards; stale ones are
-    cleared first."""
+def private_run_dir(parent: Path | None = None) -> Iterator[Path]:
+    """A fresh 0700 folder under parent (by default temp_parent(); short: AF_UNIX socket
+    paths are limited to 107 bytes), locked by this process while it exists, removed
+    afterwards; stale ones are cleared first."""
+    parent = temp_parent() if parent is None else parent
     remove_stale(parent)
     run_dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))  # mkdtemp: 0700
     owner = run_dir / (OWNER_FILE + ".new")

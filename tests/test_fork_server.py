@@ -331,9 +331,10 @@ def test_the_server_refuses_when_forks_would_share_ray_ids() -> None:
     made after it would draw the same IDs, and the server's check says so. The server
     imports Tune with the class IDs drawn from os.urandom: its forks draw their own."""
     code = ("import ray.tune\n"
-            "from hpo.driver.fork_server_process import _fresh_ray_ids\n"
-            "print(_fresh_ray_ids())\n")
-    fresh = ("from hpo.driver.fork_server_process import LIBRARIES, RAY_MODULES, _fresh_ray_ids\n"
+            "from hpo.driver.fork_server_loop import fresh_ray_ids\n"
+            "print(fresh_ray_ids())\n")
+    fresh = ("from hpo.driver.fork_server_loop import fresh_ray_ids\n"
+             "from hpo.driver.fork_server_process import LIBRARIES, RAY_MODULES\n"
              "from hpo.driver.fork_server_process import WORKER_EXTRAS, _unseeded_actor_ids\n"
              "import importlib, ray.actor\n"
              "[importlib.import_module(m) for m in LIBRARIES]\n"
@@ -345,7 +346,7 @@ def test_the_server_refuses_when_forks_would_share_ray_ids() -> None:
              "        except ImportError:\n"
              "            pass\n"
              "assert 'ray.tune' in RAY_MODULES and ray.actor.ActorClassID is ray.ActorClassID\n"
-             "print(_fresh_ray_ids())\n")
+             "print(fresh_ray_ids())\n")
     after_tune = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                 timeout=300, check=True)
     preloaded = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True,

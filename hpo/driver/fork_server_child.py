@@ -1,0 +1,79 @@
+"""What a fork of the fork server does to become the worker a stub asked for
+(hpo.driver.fork_server_loop): the stub's stdio, working directory and environment, Ray's
+runtime-env variables set as setup_worker.py sets them, fresh random generators, then Ray's
+worker script as its main; it exits as the interpreter would, never back into the server."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import sys
+import traceback
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from hpo.driver import fork_server_warm
+
+if TYPE_CHECKING:
+    from hpo.driver.fork_server_loop import Request
+
+
+def become_worker(request: Request, fds: list[int]) -> NoReturn:
+    """In the fork: turn into the worker the stub's arguments describe; never returns."""
+    code: Any = 1
+    try:
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        os.chdir(request.cwd)
+        os.environ.clear()
+        os.environ.update(request.env)
+        sys.argv = _as_setup_worker(request.args)
+        _fresh_state()
+        code = 0
+        fork_server_warm.run_as_main(sys.argv[0])
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException:
+        traceback.print_exc()
+    _exit(code)
+
+
+def _as_setup_worker(args: list[str]) -> list[str]:
+    """Do what setup_worker.py does before its exec: parse its own arguments off with its own
+    parser and set the runtime env's variables (only those the stub lets through:
+    hpo.driver.worker_stub.READ_LATE, or repeated values); return what it would exec, the
+    interpreter flags dropped (this one has them)."""
+    from ray._private.runtime_env.context import RuntimeEnvContext
+    from ray._private.utils import update_envs
+    from ray._private.workers.setup_worker import parser
+
+    known, rest = parser.parse_known_args(args)
+    update_envs(RuntimeEnvContext.deserialize(known.serialized_runtime_env_context or "{}")
+                .env_vars)
+    while rest and rest[0] in ("-S", "-s"):
+        rest.pop(0)
+    for entry in reversed(os.environ.get("PYTHONPATH", "").split(os.pathsep)):
+        if entry and entry not in sys.path:
+            sys.path.insert(0, entry)
+    return rest
+
+
+def _fresh_state() -> None:
+    """What a new process would have fresh and a fork shares with its siblings."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()  # the global generator, seeded from the OS as at import
+
+
+def _exit(code: Any) -> NoReturn:
+    """Exit as the interpreter would (atexit hooks, flushed stdio), without unwinding into
+    the server's frames."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code if isinstance(code, int) else int(code is not None))

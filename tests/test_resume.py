@@ -113,8 +113,11 @@ def _wait_until_gone(run_dir: Path, timeout: float = 60) -> None:
 
 
 def _run_dir_of(pid: int) -> Path:
-    """The /tmp folder of the embedded Ray of the driver with this pid."""
-    owned = [owner.parent for owner in Path("/tmp").glob(f"hpo-*/{OWNER_FILE}")
+    """The temp folder of the embedded Ray of the driver with this pid (it has this
+    process's $TMPDIR)."""
+    from hpo.cluster.temp_dir import temp_parent
+
+    owned = [owner.parent for owner in temp_parent().glob(f"hpo-*/{OWNER_FILE}")
              if owner.read_text().split()[0] == str(pid)]
     assert len(owned) == 1, owned
     return owned[0]

@@ -331,9 +331,9 @@ def test_the_server_refuses_when_forks_would_share_ray_ids() -> None:
     made after it would draw the same IDs, and the server's check says so. The server
     imports Tune with the class IDs drawn from os.urandom: its forks draw their own."""
     code = ("import ray.tune\n"
-            "from hpo.driver.fork_server_loop import fresh_ray_ids\n"
+            "from hpo.driver.fork_server_process import fresh_ray_ids\n"
             "print(fresh_ray_ids())\n")
-    fresh = ("from hpo.driver.fork_server_loop import fresh_ray_ids\n"
+    fresh = ("from hpo.driver.fork_server_process import fresh_ray_ids\n"
              "from hpo.driver.fork_server_process import LIBRARIES, RAY_MODULES\n"
              "from hpo.driver.fork_server_process import WORKER_EXTRAS, _unseeded_actor_ids\n"
              "import importlib, ray.actor\n"
@@ -520,9 +520,10 @@ def test_a_runtime_env_that_repeats_the_servers_values_is_forked_and_set(
 
 
 def test_a_warm_raylet_is_served_only_where_it_runs_confined_alike() -> None:
-    """A run's fork server gives its forks the run's cgroups and CPUs: it serves a warm
-    raylet's workers only where that raylet has the same (not one in another Slurm step)."""
-    from hpo.driver.fork_server import confined_alike
+    """A run's fork server gives its forks the run's CPUs, limits and cgroups: it serves a
+    warm raylet's workers only where that raylet has the same (not one in another Slurm
+    step, or on other CPUs), and not a raylet that is gone."""
+    from hpo.driver.warm_forks import confined_alike
 
     with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
                           stdin=subprocess.PIPE) as other:
@@ -537,19 +538,30 @@ def test_a_warm_raylet_is_served_only_where_it_runs_confined_alike() -> None:
     assert not confined_alike(other.pid)  # gone
 
 
-def test_a_bad_spec_starts_no_fork_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("cgroup", "steps"), [
+    ("4:memory:/slurm/uid_1000/job_77/step_0\n3:cpuset:/slurm/uid_1000/job_77/step_0\n",
+     {"job_77/step_0"}),  # cgroup v1
+    ("0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n",
+     {"job_77/step_batch"}),  # cgroup v2
+    ("0::/user.slice/user-1000.slice/session-4.scope\n", set()),  # a login's: confines nothing
+])
+def test_the_slurm_step_is_read_from_a_processs_cgroups(cgroup: str, steps: set[str]) -> None:
+    from hpo.driver.warm_forks import slurm_steps
+
+    assert slurm_steps(cgroup) == steps
+
+
+def test_a_bad_spec_starts_no_fork_server(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """`hpo run` starts its workers' fork server ahead, but only once the spec is valid."""
     from conftest import cli_invoke
 
     from hpo.driver import fork_server
 
+    started: list[object] = []
+    monkeypatch.setattr(fork_server, "start_ahead", lambda *args: started.append(args))
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: b\ntrainable: x:y\nmetric: m\nmode: sideways\n")
-    try:
-        code, said, _ = cli_invoke(["run", str(bad), "--storage", str(tmp_path)])
-    finally:
-        ahead = fork_server.taken_ahead()
-        if ahead is not None:
-            ahead[0].close()
+    code, said, _ = cli_invoke(["run", str(bad), "--storage", str(tmp_path)])
     assert code == 2 and "mode" in said + _
-    assert ahead is None
+    assert started == []

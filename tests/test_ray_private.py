@@ -18,7 +18,8 @@ ADAPTERS = ("hpo.trial.ray_private", "hpo.cluster.ray_private", "hpo.driver.ray_
             "hpo.driver.ray_fit_private", "hpo.driver.ray_actors_private",
             "hpo.driver.ray_start_private",
             "hpo.driver.plugins.ray_internals", "hpo.driver.fork_server",
-            "hpo.driver.fork_server_process", "hpo.driver.fork_server_warm",
+            "hpo.driver.fork_server_process", "hpo.driver.fork_server_child",
+            "hpo.driver.fork_server_warm",
             "hpo.driver.runtime_env_private")
 # What only an adapter may name. A traceback's file path (storage_faults reads
 # 'ray/train/_internal/storage.py' in tracebacks' text) is text, not a reach: not matched.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -21,12 +22,12 @@ HOLD_LOCK = ("import fcntl, sys, time; f = open(sys.argv[1]); fcntl.flock(f, fcn
              "print('locked', flush=True); time.sleep(600)")
 
 
-def _folder(parent: Path, name: str, with_owner: bool = True) -> Path:
+def _folder(parent: Path, name: str, with_owner: bool = True, owner: str = "12345\n") -> Path:
     folder = parent / name
     (folder / "r" / "session_x" / "logs").mkdir(parents=True)
     (folder / "r" / "session_x" / "logs" / "raylet.out").write_text("log")
     if with_owner:
-        (folder / OWNER_FILE).write_text("12345\n")
+        (folder / OWNER_FILE).write_text(owner)
     return folder
 
 
@@ -39,6 +40,9 @@ def _lock_held_by_another_process(folder: Path) -> subprocess.Popen[str]:
 
 def test_only_folders_of_ended_runs_are_removed(tmp_path: Path) -> None:
     killed = _folder(tmp_path, "hpo-killed")  # its owner died: nobody holds the lock
+    killed_here = _folder(tmp_path, "hpo-killed-here", owner=f"12345 {socket.gethostname()}\n")
+    # another node's, in a $TMPDIR both share: its lock may not be seen from here
+    elsewhere = _folder(tmp_path, "hpo-elsewhere", owner="12345 another-node\n")
     alive = _folder(tmp_path, "hpo-alive")
     starting = _folder(tmp_path, "hpo-starting", with_owner=False)
     not_hpo = _folder(tmp_path, "ray-killed")
@@ -48,8 +52,8 @@ def test_only_folders_of_ended_runs_are_removed(tmp_path: Path) -> None:
     owner = _lock_held_by_another_process(alive)
     try:
         removed = remove_stale(tmp_path)
-        assert removed == [killed] and not killed.exists()
-        for kept in (alive, starting, not_hpo, *others):
+        assert sorted(removed) == [killed, killed_here] and not killed.exists()
+        for kept in (alive, starting, not_hpo, elsewhere, *others):
             assert (kept / "r" / "session_x" / "logs" / "raylet.out").exists(), kept
     finally:
         owner.kill()
@@ -62,7 +66,7 @@ def test_private_run_dir_is_locked_private_and_removed(tmp_path: Path) -> None:
     with private_run_dir(tmp_path) as run_dir:
         assert not stale.exists()
         assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
-        assert (run_dir / OWNER_FILE).read_text() == f"{os.getpid()}\n"
+        assert (run_dir / OWNER_FILE).read_text() == f"{os.getpid()} {socket.gethostname()}\n"
         assert remove_stale(tmp_path) == []  # its own run is alive
         with open(run_dir / OWNER_FILE) as other:  # another open file: the lock conflicts
             try:
@@ -113,6 +117,8 @@ def test_run_folders_go_under_a_short_tmpdir_else_tmp(tmp_path: Path,
         (short / ("x" * TMPDIR_MAX)).mkdir()
         assert temp_parent() == Path("/tmp")  # too long
         monkeypatch.setenv("TMPDIR", str(short / "gone"))
+        assert temp_parent() == Path("/tmp")
+        monkeypatch.setenv("TMPDIR", "tmp")  # relative
         assert temp_parent() == Path("/tmp")
         monkeypatch.delenv("TMPDIR")
         assert temp_parent() == Path("/tmp")

@@ -126,13 +126,18 @@ def test_each_run_on_the_warm_ray_has_its_workers_forked_by_a_server_of_its_own(
     head = json.loads((warm_dir / "head.json").read_text())
     raylet = Path(f"/proc/{head['raylet_pid']}/cmdline").read_bytes()
     assert f" -S {worker_stub.__file__} ".encode() in raylet
-    for name in ("a", "b"):  # two jobs
+    cpus = os.sched_getaffinity(0)
+    # two jobs, then one on fewer CPUs than the raylet's: its forks would not be on the
+    # raylet's CPUs, so Ray starts its workers
+    for name, on in (("a", cpus), ("b", cpus), ("c", {min(cpus)})):
         ran = subprocess.run([sys.executable, "-m", "hpo", "run", str(spec), "--storage",
                               str(tmp_path), "--name", name], capture_output=True, text=True,
-                             timeout=300, start_new_session=True)  # this test's group apart
+                             timeout=300, start_new_session=True,  # this test's group apart
+                             preexec_fn=lambda on=on: os.sched_setaffinity(0, on))
         assert ran.returncode == 0, ran.stderr
         frame = pd.DataFrame([rows[-1] for rows in trial_rows(tmp_path / name).values()])
-        assert list(frame["forked"]) == [True] * 3
+        forked = on == cpus or len(cpus) == 1
+        assert list(frame["forked"]) == [forked] * 3, name
         assert list(frame["own_group"]) == [True] * 3
         assert list(frame["pl_disable_fork"]) == ["1"] * 3
         assert not list(Path(head["temp_dir"]).glob("fork-*.sock"))

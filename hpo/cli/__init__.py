@@ -117,10 +117,14 @@ def _warm_or_forks_ahead(cpus: int | None) -> RayCluster | None:
     from hpo.cluster import warm
 
     cluster = warm.for_run(cpus)
-    if cluster is None or cluster.fork_socket:  # a warm Ray's stubs ask for this run's forks
+    if cluster is None:
         from hpo.driver.fork_server import start_ahead
 
         start_ahead()
+    else:  # a warm Ray's stubs ask for this run's own server
+        from hpo.driver import warm_forks
+
+        warm_forks.start_ahead(cluster)
     return cluster
 
 

@@ -14,9 +14,11 @@ TMPDIR_MAX = 23
 
 def temp_parent() -> Path:
     """Where a run's private folders go: $TMPDIR, as Ray's own default and other tools
-    would (a site may point it at a node's local disk, or a job's own folder), where it is a
-    folder and short enough for Ray's socket paths; else /tmp."""
-    wanted = os.environ.get("TMPDIR", "")
-    if wanted and len(wanted.rstrip("/")) <= TMPDIR_MAX and os.path.isdir(wanted):
+    would (a site may point it at a node's local disk, or a job's own folder), where it is
+    an absolute path to a folder this user may write in, short enough for Ray's socket
+    paths; else /tmp."""
+    wanted = os.environ.get("TMPDIR", "").rstrip("/")
+    if (os.path.isabs(wanted) and len(os.fsencode(wanted)) <= TMPDIR_MAX
+            and os.path.isdir(wanted) and os.access(wanted, os.W_OK | os.X_OK)):
         return Path(wanted)
     return Path("/tmp")

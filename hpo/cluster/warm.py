@@ -105,7 +105,8 @@ def _raylet_pid(said: str) -> int:
     not forked)."""
     lines = said.strip().splitlines()
     last = lines[-1] if lines else ""
-    return int(last[len(PID_LINE):]) if last.startswith(PID_LINE) else 0
+    tail = last[len(PID_LINE):] if last.startswith(PID_LINE) else ""
+    return int(tail) if tail.isdigit() else 0
 
 
 def down() -> int:

@@ -93,7 +93,7 @@ class ForkServer:
     that every worker of the node queues for it; the server itself starts once the node and
     the job are known (`start`)."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, env: dict[str, str] | None = None) -> None:
         self._path = run_dir / "fork.sock"
         self._link: Path | None = None
         read_end, write_end = os.pipe()
@@ -107,7 +107,7 @@ class ForkServer:
                 fds = [listener.fileno(), read_end]
                 self._server = subprocess.Popen(
                     [sys.executable, "-m", "hpo.driver.fork_server_process", *map(str, fds)],
-                    pass_fds=fds, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                    pass_fds=fds, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
         except BaseException:
             os.close(write_end)
             raise
@@ -133,8 +133,8 @@ class ForkServer:
         env.update(RAY_JOB_ID=job_id, RAY_RAYLET_PID=str(raylet_pid))
         self._tell(env)
         if link is not None:
+            self._link = link  # first: an interrupted link is still removed at close
             link.symlink_to(self._path)
-            self._link = link
 
     def preload_for(self, trainable: Any) -> None:
         """Have the server import the heavy libraries a fresh worker imports with this
@@ -174,18 +174,6 @@ def stubs_env(socket_path: str) -> dict[str, str]:
     return {worker_stub.SERVER_ENV: socket_path, worker_stub.RAY_SETUP_ENV: _ray_setup_worker()}
 
 
-def confined_alike(pid: int) -> bool:
-    """Whether this process runs where process `pid` (a raylet this process did not start)
-    runs: the same cgroups (a Slurm step's CPUs, memory and devices) and CPU affinity. A fork
-    server this process starts gives its forks this process's; forks must be where the
-    raylet would start its own workers."""
-    try:
-        return Path("/proc/self/cgroup").read_bytes() == Path(f"/proc/{pid}/cgroup").read_bytes() \
-            and os.sched_getaffinity(0) == os.sched_getaffinity(pid)
-    except OSError:  # the raylet is gone, or cgroups are not there to read
-        return False
-
-
 def environ_of(pid: int) -> dict[str, str]:
     """The environment process `pid` was started with (/proc/<pid>/environ)."""
     raw = Path(f"/proc/{pid}/environ").read_bytes()
@@ -194,14 +182,14 @@ def environ_of(pid: int) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def serving(run_dir: Path) -> Iterator[ForkServer | None]:
+def serving(run_dir: Path, env: dict[str, str] | None = None) -> Iterator[ForkServer | None]:
     """A fork server for the node this process is about to start (None where forks are not
-    available); stopped after."""
+    available), started in `env` (by default this process's); stopped after."""
     if not available():
         yield None
         return
     try:
-        server = ForkServer(run_dir)
+        server = ForkServer(run_dir, env)
     except OSError as error:  # seen once on CI: Popen's exec failed with EFAULT
         logging.getLogger(__name__).warning(
             "workers start as Ray starts them: the fork server did not start (%s)", error)
@@ -220,12 +208,13 @@ def serving(run_dir: Path) -> Iterator[ForkServer | None]:
 _ahead: tuple[contextlib.ExitStack, Path, ForkServer | None] | None = None
 
 
-def start_ahead() -> None:
-    """Make the run folder and start the fork server now, before `hpo run` imports what it
-    needs: the server's own imports (numpy, pandas, pyarrow: about 0.8 CPU-s) then use the
-    core the driver's imports leave idle, instead of coming after them (on 2 cores the first
-    trial waited for the server). The next embedded Ray's start takes them (taken_ahead);
-    untaken, they end with the process."""
+def start_ahead(env: dict[str, str] | None = None) -> None:
+    """Make the run folder and start the fork server now (in `env`: by default this
+    process's), before `hpo run` imports what it needs: the server's own imports (numpy,
+    pandas, pyarrow: about 0.8 CPU-s) then use the core the driver's imports leave idle,
+    instead of coming after them (on 2 cores the first trial waited for the server). The next
+    Ray's start (or a warm Ray's run) takes them (taken_ahead); untaken, they end with the
+    process. A folder that cannot be made leaves nothing ahead: the start makes its own."""
     global _ahead
     if _ahead is not None or not available():
         return
@@ -234,7 +223,10 @@ def start_ahead() -> None:
     stack = contextlib.ExitStack()
     try:
         run_dir = stack.enter_context(private_run_dir())
-        server = stack.enter_context(serving(run_dir))
+        server = stack.enter_context(serving(run_dir, env))
+    except OSError:  # the start meets it again, and says so where it must
+        stack.close()
+        return
     except BaseException:
         stack.close()
         raise

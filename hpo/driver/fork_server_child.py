@@ -11,12 +11,20 @@ import os
 import signal
 import sys
 import traceback
-from typing import TYPE_CHECKING, Any, NoReturn
+from pathlib import Path
+from typing import Any, NamedTuple, NoReturn
 
 from hpo.driver import fork_server_warm
 
-if TYPE_CHECKING:
-    from hpo.driver.fork_server_loop import Request
+RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
+
+
+class Request(NamedTuple):
+    """What a stub asks for: the worker's working directory, arguments and environment."""
+
+    cwd: str
+    args: list[str]
+    env: dict[str, str]
 
 
 def become_worker(request: Request, fds: list[int]) -> NoReturn:
@@ -77,3 +85,24 @@ def _exit(code: Any) -> NoReturn:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code if isinstance(code, int) else int(code is not None))
+
+
+def missing() -> list[str]:
+    """What a fork reads of Ray's private parts that the installed Ray lacks: the worker's
+    main, setup_worker.py's parser and its runtime-env context."""
+    import inspect
+
+    from ray._private.runtime_env.context import RuntimeEnvContext
+    from ray._private.workers import default_worker, setup_worker
+
+    gaps = []
+    if "ray._private.worker.connect(" not in Path(default_worker.__file__).read_text():
+        gaps.append(default_worker.__file__)
+    if "--serialized-runtime-env-context" not in setup_worker.parser.format_usage():
+        gaps.append("setup_worker.parser(--serialized-runtime-env-context)")
+    fields = set(vars(RuntimeEnvContext()))
+    if not {"command_prefix", "env_vars", "py_executable", "override_worker_entrypoint"} <= fields:
+        gaps.append("RuntimeEnvContext fields")
+    if "update_envs(self.env_vars)" not in inspect.getsource(RuntimeEnvContext.exec_worker):
+        gaps.append("RuntimeEnvContext.exec_worker(update_envs)")
+    return gaps

@@ -14,10 +14,10 @@ import socket
 import struct
 import traceback
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from hpo.driver import worker_stub
-from hpo.driver.fork_server_child import become_worker
+from hpo.driver.fork_server_child import Request, become_worker
 
 _INT = struct.Struct("!i")
 _PEER = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
@@ -25,14 +25,6 @@ _MAX_REQUEST = 1 << 20  # one request: the stub's arguments and environment
 # Ray's C++ side reads these from the environment once, at `import ray`: a fork serves only
 # workers whose values match the server's (one job's workers on one node).
 PER_PROCESS = ("RAY_JOB_ID", "RAY_RAYLET_PID")
-
-
-class Request(NamedTuple):
-    """What a stub asks for: the worker's working directory, arguments and environment."""
-
-    cwd: str
-    args: list[str]
-    env: dict[str, str]
 
 
 class Orders:
@@ -71,11 +63,13 @@ class Server:
     """One selector loop: accept a stub, fork its worker, report the worker's end to it; a
     stub that goes (the raylet killed it) takes its worker along."""
 
-    def __init__(self, listener: socket.socket, orders: Orders) -> None:
+    def __init__(self, listener: socket.socket, orders: Orders,
+                 fresh_ids: Callable[[], bool]) -> None:
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ, self._accept)
         self._selector.register(orders.fd, selectors.EVENT_READ, self._new_orders(orders))
         self._serving = True
+        self._fresh_ids = fresh_ids  # whether forks would draw their own Ray IDs
         self._preload(orders.pending())  # those that came with the first
 
     def _new_orders(self, orders: Orders) -> Callable[[int], None]:
@@ -100,7 +94,7 @@ class Server:
             except Exception:  # the worker imports it itself, and reports its error
                 traceback.print_exc()
         if orders_given:
-            self._serving = self._serving and fresh_ray_ids()
+            self._serving = self._serving and self._fresh_ids()
 
     def run(self, parent: int) -> None:
         while self._serving and os.getppid() == parent:  # the driver gone: nothing to serve
@@ -136,9 +130,13 @@ class Server:
         own_group = _group_leader(conn)
         pid = os.fork()
         if pid == 0:
-            self._close_all(conn)
-            if own_group:
-                os.setpgid(0, 0)
+            try:
+                self._close_all(conn)
+                if own_group:
+                    os.setpgid(0, 0)
+            except BaseException:  # never back into the server's loop, in a fork
+                traceback.print_exc()
+                os._exit(1)
             become_worker(request, fds)
         for fd in fds:
             os.close(fd)
@@ -184,11 +182,12 @@ def _group_leader(conn: socket.socket) -> bool:
     """Whether the stub at the other end leads a process group of its own, as Ray starts a
     worker where its raylet kills the group at the worker's end: then so does the fork.
     Otherwise the fork would stay in this server's group, its driver's, which a warm node's
-    raylet (not the driver's) would kill with it."""
+    raylet (not the driver's) would kill with it. Where the stub cannot be asked (it went), a
+    group of the fork's own: harmless where it was not needed."""
     with contextlib.suppress(OSError):
         pid = _PEER.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEER.size))[0]
         return os.getpgid(pid) == pid
-    return False
+    return True
 
 
 def _close(fileobj: Any) -> None:
@@ -206,21 +205,3 @@ def _forkable(executable: str, cwd: str, args: list[str], env: dict[str, str]) -
     if not worker_stub.forkable(args, env, executable):
         return None
     return Request(cwd, args, env)
-
-
-def fresh_ray_ids() -> bool:
-    """Whether two forks draw different random Ray IDs (each seeds its own generator)."""
-    from ray._raylet import ObjectID
-
-    drawn = []
-    for _ in range(2):
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.write(write, ObjectID.from_random().binary())
-            os._exit(0)
-        os.close(write)
-        with open(read, "rb") as drawn_id:
-            drawn.append(drawn_id.read())
-        os.waitpid(pid, 0)
-    return drawn[0] != drawn[1]

@@ -25,11 +25,10 @@ import socket
 import sys
 import traceback
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from hpo.driver import fork_server_warm
-from hpo.driver.fork_server_loop import PER_PROCESS, Orders, Server, fresh_ray_ids
+from hpo.driver.fork_server_loop import PER_PROCESS, Orders, Server
 
 RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
 
@@ -80,7 +79,7 @@ def main(listener_fd: int, orders_fd: int) -> None:
         return  # the stubs find the socket closed and start their workers as Ray does
     gc.collect()
     gc.freeze()  # the forks share these pages instead of copying them at their first GC
-    Server(listener, orders).run(parent)
+    Server(listener, orders, fresh_ray_ids).run(parent)
 
 
 @contextlib.contextmanager
@@ -104,27 +103,34 @@ def _unseeded_actor_ids() -> Iterator[None]:
         ray.actor.ActorClassID = ActorClassID  # type: ignore[misc]
 
 
+def fresh_ray_ids() -> bool:
+    """Whether two forks draw different random Ray IDs (each seeds its own generator)."""
+    from ray._raylet import ObjectID
+
+    drawn = []
+    for _ in range(2):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(write, ObjectID.from_random().binary())
+            os._exit(0)
+        os.close(write)
+        with open(read, "rb") as drawn_id:
+            drawn.append(drawn_id.read())
+        os.waitpid(pid, 0)
+    return drawn[0] != drawn[1]
+
+
 def missing() -> list[str]:
-    """What the forks read of Ray's private parts that the installed Ray lacks: the worker's
-    main, setup_worker.py's parser and runtime-env context, where an actor class draws its
-    ID, the per-process flags."""
+    """What the server reads of Ray's private parts that the installed Ray lacks (those of
+    its forks: hpo.driver.fork_server_child): where an actor class draws its ID, the
+    per-process flags."""
     import inspect
 
     import ray.actor
     from ray._private import ray_constants
-    from ray._private.runtime_env.context import RuntimeEnvContext
-    from ray._private.workers import default_worker, setup_worker
 
     gaps = []
-    if "ray._private.worker.connect(" not in Path(default_worker.__file__).read_text():
-        gaps.append(default_worker.__file__)
-    if "--serialized-runtime-env-context" not in setup_worker.parser.format_usage():
-        gaps.append("setup_worker.parser(--serialized-runtime-env-context)")
-    fields = set(vars(RuntimeEnvContext()))
-    if not {"command_prefix", "env_vars", "py_executable", "override_worker_entrypoint"} <= fields:
-        gaps.append("RuntimeEnvContext fields")
-    if "update_envs(self.env_vars)" not in inspect.getsource(RuntimeEnvContext.exec_worker):
-        gaps.append("RuntimeEnvContext.exec_worker(update_envs)")
     if "ActorClassID.from_random()" not in inspect.getsource(ray.actor._make_actor):
         gaps.append("ray.actor._make_actor(ActorClassID.from_random())")
     if not set(PER_PROCESS) <= set(ray_constants.RAY_INTERNAL_FLAGS):

@@ -24,7 +24,7 @@ from typing import Any
 
 from hpo.cluster.auth import RayCluster, environ_overlay, new_token, token_env
 from hpo.cluster.slurm_env import rocm_visible
-from hpo.driver import fork_server, ray_start_private, runtime_env_private
+from hpo.driver import fork_server, ray_start_private, runtime_env_private, warm_forks
 from hpo.driver.ray_log import log_ray_to, stop_logging
 from hpo.driver.run_dir import private_run_dir
 
@@ -134,49 +134,45 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
 def _run_dir_and_forks(stack: contextlib.ExitStack) -> tuple[Path, fork_server.ForkServer | None]:
     """The run's private folder, its token set, and a fork server: those `hpo run` started
     ahead (fork_server.start_ahead), or new ones; the stack ends them."""
-    run_dir, forks = _ahead_or_new(stack)
-    stack.enter_context(token_env(new_token(run_dir)))
-    return run_dir, forks
-
-
-def _ahead_or_new(stack: contextlib.ExitStack) -> tuple[Path, fork_server.ForkServer | None]:
     ahead = fork_server.taken_ahead()
     if ahead is not None:
         held, run_dir, forks = ahead
         stack.enter_context(held)
-        return run_dir, forks
-    run_dir = stack.enter_context(private_run_dir())
-    return run_dir, stack.enter_context(fork_server.serving(run_dir))
+    else:
+        run_dir = stack.enter_context(private_run_dir())
+        forks = stack.enter_context(fork_server.serving(run_dir))
+    stack.enter_context(token_env(new_token(run_dir)))
+    return run_dir, forks
 
 
 @contextlib.contextmanager
 def _job_forks(cluster: RayCluster) -> Iterator[None]:
-    """On a warm local Ray (hpo.cluster.warm), whose raylet's stubs look for each job's own
-    fork server: this driver's job's, while the block runs (none where the node has no
-    stubs, its raylet is gone, or runs confined apart from this process: another Slurm
-    step's CPUs and devices)."""
+    """On a warm local Ray (hpo.cluster.warm): this driver's job's fork server
+    (hpo.driver.warm_forks) while the block runs; none where the node has no stubs, or its
+    raylet is gone or runs confined apart from this process."""
     if not cluster.fork_socket:
-        yield
-        return
-    if not fork_server.confined_alike(cluster.raylet_pid):
-        fork_server.end_ahead()
-        logging.getLogger("hpo.cluster").info(
-            "workers start as Ray starts them: the warm Ray's raylet (pid %d) runs in other "
-            "cgroups or on other CPUs than this run", cluster.raylet_pid)
         yield
         return
     import ray
 
+    log = logging.getLogger("hpo.cluster")
+    if not warm_forks.confined_alike(cluster.raylet_pid):
+        fork_server.end_ahead()
+        log.info("workers start as Ray starts them: the warm Ray's raylet (pid %d) is gone, or "
+                 "runs in another Slurm step, on other CPUs, or with other limits or "
+                 "namespaces than this run", cluster.raylet_pid)
+        yield
+        return
     with contextlib.ExitStack() as stack:
-        forks = _ahead_or_new(stack)[1]
         job = ray.get_runtime_context().get_job_id()
         try:
+            forks = _warm_server(stack, cluster.raylet_pid)
             if forks is not None:
                 forks.start(cluster.raylet_pid, job,
                             link=Path(cluster.fork_socket.replace("{job}", job)))
-        except OSError as error:
-            logging.getLogger("hpo.cluster").warning(
-                "workers start as Ray starts them: no fork server for this run (%s)", error)
+        except OSError as error:  # no temp folder, the raylet gone, the warm folder gone
+            log.warning("workers start as Ray starts them: no fork server for this run (%s)",
+                        error)
             forks = None
         if forks is not None:
             _set_forks(forks)
@@ -184,6 +180,17 @@ def _job_forks(cluster: RayCluster) -> Iterator[None]:
             runtime_env_private.note_raylet(cluster.raylet_pid)
             stack.callback(runtime_env_private.note_raylet, None)
         yield
+
+
+def _warm_server(stack: contextlib.ExitStack, raylet_pid: int) -> fork_server.ForkServer | None:
+    """The server `hpo run` started ahead (warm_forks.start_ahead), or a new one in the
+    raylet's environment; the stack ends it."""
+    ahead = fork_server.taken_ahead()
+    if ahead is not None:
+        stack.enter_context(ahead[0])
+        return ahead[2]
+    run_dir = stack.enter_context(private_run_dir())
+    return stack.enter_context(fork_server.serving(run_dir, warm_forks.raylet_env(raylet_pid)))
 
 
 def _set_forks(forks: fork_server.ForkServer | None) -> None:

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,14 +24,22 @@ from hpo.cluster.temp_dir import temp_parent
 
 PREFIX = "hpo-"
 OWNER_FILE = "owner"
+# The owner file's second word: a folder in a $TMPDIR that several nodes share, where a lock
+# may be seen on its own node only, is swept only by a run on its node.
+_HOST = socket.gethostname().encode()
+
+
 def _owner_gone(folder: Path) -> bool:
-    """True when the owner file exists and nobody holds its lock; a folder still being set up
-    (no owner file yet), or not hpo's, counts as in use."""
+    """True when the owner file exists, names this host (or none) and nobody holds its lock;
+    a folder still being set up (no owner file yet), or not hpo's, counts as in use."""
     try:
         fd = os.open(folder / OWNER_FILE, os.O_RDONLY)
     except OSError:
         return False
     try:
+        named = os.read(fd, 4096).split()
+        if len(named) > 1 and named[1] != _HOST:
+            return False
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:  # locked: the run is alive
         return False
@@ -69,13 +78,14 @@ def private_run_dir(parent: Path | None = None) -> Iterator[Path]:
     paths are limited to 107 bytes), locked by this process while it exists, removed
     afterwards; stale ones are cleared first."""
     parent = temp_parent() if parent is None else parent
-    remove_stale(parent)
+    for swept in dict.fromkeys((parent, Path("/tmp"))):  # also those of runs without $TMPDIR
+        remove_stale(swept)
     run_dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))  # mkdtemp: 0700
     owner = run_dir / (OWNER_FILE + ".new")
     fd = os.open(owner, os.O_WRONLY | os.O_CREAT, 0o600)  # not inherited by subprocesses
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, f"{os.getpid()}\n".encode())  # for people; the lock is what counts
+        os.write(fd, f"{os.getpid()} ".encode() + _HOST + b"\n")  # the lock is what counts
         owner.rename(run_dir / OWNER_FILE)  # appears locked to a concurrent sweep
         yield run_dir
     finally:

@@ -1,0 +1,65 @@
+"""The fork server of one run's job on a warm local Ray (hpo.cluster.warm), whose raylet's
+worker stubs look for each job's own server (hpo.driver.worker_stub's {job}).
+
+The run starts that server, so the server and its forks have what the run's process has
+where the environment does not set it: its cgroups (a Slurm step's CPUs, memory and
+devices), CPU affinity, resource limits and namespaces. Forks are made only where those are
+the raylet's, whose own workers would have the raylet's; the server starts in the raylet's
+environment (its variables, read at its interpreter's start and its imports: thread counts,
+library paths, the hash seed), not the run's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from hpo.cluster.auth import RayCluster
+from hpo.driver import fork_server
+
+# A Slurm step's part of a cgroup path (v1: /slurm/uid_1/job_2/step_0; v2:
+# /system.slice/slurmstepd.scope/job_2/step_0/user/task_0): what a step confines.
+_SLURM_STEP = re.compile(r"job_\d+/step_[^/\n]+")
+_NAMESPACES = ("mnt", "pid", "user", "ipc", "uts")
+
+
+def slurm_steps(cgroup: str) -> set[str]:
+    """The Slurm steps a /proc/<pid>/cgroup text names (none outside a Slurm job)."""
+    return set(_SLURM_STEP.findall(cgroup))
+
+
+def confined_alike(pid: int) -> bool:
+    """Whether this process runs confined as process `pid` (a raylet this process did not
+    start) is: the same Slurm step, CPU affinity, resource limits and namespaces. Other
+    cgroups (a login's or a terminal's systemd scope) confine nothing a worker would see."""
+    try:
+        return (slurm_steps(_read("self", "cgroup")) == slurm_steps(_read(pid, "cgroup"))
+                and os.sched_getaffinity(0) == os.sched_getaffinity(pid)
+                and _read("self", "limits") == _read(pid, "limits")
+                and all(os.readlink(f"/proc/self/ns/{ns}") == os.readlink(f"/proc/{pid}/ns/{ns}")
+                        for ns in _NAMESPACES))
+    except OSError:  # the raylet is gone, or not this user's to read
+        return False
+
+
+def _read(pid: int | str, name: str) -> str:
+    return Path(f"/proc/{pid}/{name}").read_text()
+
+
+def raylet_env(pid: int) -> dict[str, str]:
+    """The environment the raylet's workers start in (its own, but Ray's allocator)."""
+    env = fork_server.environ_of(pid)
+    env.pop("LD_PRELOAD", None)
+    return env
+
+
+def start_ahead(cluster: RayCluster) -> None:
+    """Start this run's server ahead (fork_server.start_ahead), where the warm Ray's stubs
+    ask for one and its forks would be what the raylet's workers are."""
+    if cluster.fork_socket and confined_alike(cluster.raylet_pid):
+        try:
+            env = raylet_env(cluster.raylet_pid)
+        except OSError:  # the raylet ended meanwhile: the run finds no Ray
+            return
+        fork_server.start_ahead(env)

@@ -93,11 +93,11 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
         raise ExperimentError(f"`ray start --head` failed (exit {done.returncode}): {tail[0]}")
     address = f"{_IP}:{port}"
     raylet = _raylet_pid(done.stdout)
-    head = {"address": address, "token_file": str(token), "cpus": cpus, "temp_dir": private,
-            **({"fork_socket": fork_socket, "raylet_pid": raylet} if raylet else {})}
-    (where / HEAD_FILE).write_text(json.dumps(head))
-    return RayCluster(address, _IP, token, fork_socket=head.get("fork_socket", ""),
-                      raylet_pid=raylet)
+    forked = fork_socket if raylet else ""  # no pid said: Ray starts the workers itself
+    (where / HEAD_FILE).write_text(json.dumps({
+        "address": address, "token_file": str(token), "cpus": cpus, "temp_dir": private,
+        "fork_socket": forked, "raylet_pid": raylet}))
+    return RayCluster(address, _IP, token, fork_socket=forked, raylet_pid=raylet)
 
 
 def _raylet_pid(said: str) -> int:

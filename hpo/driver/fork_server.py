@@ -128,8 +128,7 @@ class ForkServer:
         server imports Ray while the node comes up. `link`: where that node's stubs look for
         this job's server (a warm node's, which serves many jobs), made a symbolic link to
         this server's socket, removed at close (OSError: the raylet or that folder gone)."""
-        env = environ_of(raylet_pid)
-        env.pop("LD_PRELOAD", None)  # Ray's allocator for its raylet, not for workers
+        env = workers_env(raylet_pid)
         env.update(RAY_JOB_ID=job_id, RAY_RAYLET_PID=str(raylet_pid))
         self._tell(env)
         if link is not None:
@@ -172,6 +171,14 @@ def stubs_env(socket_path: str) -> dict[str, str]:
     inherits it): where the fork server's socket is (with worker_stub.JOB for a warm node's
     per-job servers), and Ray's own setup_worker.py for a worker the server does not fork."""
     return {worker_stub.SERVER_ENV: socket_path, worker_stub.RAY_SETUP_ENV: _ray_setup_worker()}
+
+
+def workers_env(raylet_pid: int) -> dict[str, str]:
+    """The environment a raylet's workers start in: the raylet's own, but Ray's allocator
+    (LD_PRELOAD, for the raylet alone)."""
+    env = environ_of(raylet_pid)
+    env.pop("LD_PRELOAD", None)
+    return env
 
 
 def environ_of(pid: int) -> dict[str, str]:

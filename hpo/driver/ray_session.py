@@ -24,7 +24,13 @@ from typing import Any
 
 from hpo.cluster.auth import RayCluster, environ_overlay, new_token, token_env
 from hpo.cluster.slurm_env import rocm_visible
-from hpo.driver import fork_server, ray_start_private, runtime_env_private, warm_forks
+from hpo.driver import (
+    fork_server,
+    ray_start_private,
+    runtime_env_private,
+    warm_forks,
+    worker_stub,
+)
 from hpo.driver.ray_log import log_ray_to, stop_logging
 from hpo.driver.run_dir import private_run_dir
 
@@ -169,7 +175,7 @@ def _job_forks(cluster: RayCluster) -> Iterator[None]:
             forks = _warm_server(stack, cluster.raylet_pid)
             if forks is not None:
                 forks.start(cluster.raylet_pid, job,
-                            link=Path(cluster.fork_socket.replace("{job}", job)))
+                            link=Path(cluster.fork_socket.replace(worker_stub.JOB.decode(), job)))
         except OSError as error:  # no temp folder, the raylet gone, the warm folder gone
             log.warning("workers start as Ray starts them: no fork server for this run (%s)",
                         error)
@@ -190,7 +196,7 @@ def _warm_server(stack: contextlib.ExitStack, raylet_pid: int) -> fork_server.Fo
         stack.enter_context(ahead[0])
         return ahead[2]
     run_dir = stack.enter_context(private_run_dir())
-    return stack.enter_context(fork_server.serving(run_dir, warm_forks.raylet_env(raylet_pid)))
+    return stack.enter_context(fork_server.serving(run_dir, fork_server.workers_env(raylet_pid)))
 
 
 def _set_forks(forks: fork_server.ForkServer | None) -> None:

@@ -47,19 +47,12 @@ def _read(pid: int | str, name: str) -> str:
     return Path(f"/proc/{pid}/{name}").read_text()
 
 
-def raylet_env(pid: int) -> dict[str, str]:
-    """The environment the raylet's workers start in (its own, but Ray's allocator)."""
-    env = fork_server.environ_of(pid)
-    env.pop("LD_PRELOAD", None)
-    return env
-
-
 def start_ahead(cluster: RayCluster) -> None:
     """Start this run's server ahead (fork_server.start_ahead), where the warm Ray's stubs
     ask for one and its forks would be what the raylet's workers are."""
     if cluster.fork_socket and confined_alike(cluster.raylet_pid):
         try:
-            env = raylet_env(cluster.raylet_pid)
+            env = fork_server.workers_env(cluster.raylet_pid)
         except OSError:  # the raylet ended meanwhile: the run finds no Ray
             return
         fork_server.start_ahead(env)

@@ -22,6 +22,15 @@ def steady(config: dict[str, Any]) -> None:
                    checkpoint={"step": step})
 
 
+def steady_forked(config: dict[str, Any]) -> None:
+    """Score x * step, `sleep` s per step, each report also saying whether its worker was
+    forked by hpo's fork server."""
+    forked = _forked()
+    for step in range(1, config["steps"] + 1):
+        time.sleep(config["sleep"])
+        hpo.report({"score": config["x"] * step, "forked": forked})
+
+
 def chatty(config: dict[str, Any]) -> None:
     """Prints to stdout and stderr, writes a file into its working directory, and prints a
     last line without flushing after its last report."""
@@ -79,11 +88,16 @@ def misnamed_metric(config: dict[str, Any]) -> None:
         hpo.report({"scor": step, "loss": 1.0 / (step + 1)})
 
 
+def _forked() -> bool:
+    """Whether this worker was forked by hpo's fork server (hpo.driver.fork_server)."""
+    parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return "fork_server_process" in parent
+
+
 def parent_process(config: dict[str, Any]) -> None:
     """Reports whether its worker was forked by hpo's fork server, whether it leads a process
     group of its own (as Ray starts its workers), and Tune's PL_DISABLE_FORK."""
-    parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    hpo.report({"score": 1.0, "forked": "fork_server_process" in parent,
+    hpo.report({"score": 1.0, "forked": _forked(),
                 "own_group": os.getpgid(0) == os.getpid(),
                 "pl_disable_fork": os.environ.get("PL_DISABLE_FORK")})
 

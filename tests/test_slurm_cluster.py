@@ -58,12 +58,13 @@ def slurm() -> Iterator[SlurmTestCluster]:
 
 
 def _space(slurm: SlurmTestCluster, name: str, *, nodes: int, samples: int, steps: int,
-           sleep: float, extra: str = "", slurm_extra: str = "", cpus: int = 2) -> Path:
+           sleep: float, extra: str = "", slurm_extra: str = "", cpus: int = 2,
+           trainable: str = "steady") -> Path:
     work = slurm.root / "work"
     space = work / f"{name}.yaml"
     space.write_text(f"""\
 name: {name}
-trainable: tests/study_trainables.py:steady
+trainable: tests/study_trainables.py:{trainable}
 metric: score
 mode: max
 num_samples: {samples}
@@ -157,7 +158,7 @@ def test_ray_spans_all_nodes_and_trials_run_on_several(slurm: SlurmTestCluster,
     # A fresh process per trial: with actor reuse, short trials under load could all run in
     # node1's first two warm processes before node2's and node3's had started (seen twice).
     space = _space(slurm, "span", nodes=3, samples=6, steps=3, sleep=0.5,
-                   extra="reuse_actors: false\n")
+                   extra="reuse_actors: false\n", trainable="steady_forked")
     job_id = _submit(slurm, space)
     outputs.append(job_id)
     out = _finished(slurm, job_id)
@@ -166,6 +167,8 @@ def test_ray_spans_all_nodes_and_trials_run_on_several(slurm: SlurmTestCluster,
     assert len(frame) == 6 and set(frame["status"]) == {"TERMINATED"}, frame
     hosts = set(frame["hostname"])
     assert hosts <= {"node1", "node2", "node3"} and len(hosts) >= 2, hosts
+    # every trial's worker forked by its node's fork server (hpo.driver.node_start)
+    assert list(frame["forked"]) == [True] * 6, frame[["hostname", "forked"]]
     node_logs = slurm.root / "work/results/span" / f"slurm-{job_id}"
     assert (node_logs / "ray-node3.log").exists()
     # srun -c: each node's step may run on the job's 2 CPUs there, and Ray is told 2

@@ -93,6 +93,17 @@ def start_args(role: str, job_dir: Path, env: dict[str, str]) -> list[str]:
                           dashboard=config.get("dashboard", False))
 
 
+def forked(args: list[str], private_dir: str) -> list[str]:
+    """`ray start` (args) run by hpo.driver.node_start, whose raylet's workers are forked by a
+    fork server of this node (a fresh worker imports Ray and Tune: about 2 CPU-s, from the
+    site's shared file system), unless the head is asked for Ray's dashboard (a forked start
+    has none)."""
+    if "--include-dashboard=true" in args:
+        return args
+    ray, start, *options = args  # ray_start_args: the `ray` script, "start", its options
+    return [sys.executable, "-m", "hpo.driver.node_start", private_dir, *options]
+
+
 def descendants(root: int) -> list[int]:
     """Every process below root (children first found, then theirs), from /proc."""
     parents: dict[int, list[int]] = {}
@@ -159,7 +170,7 @@ def main(role: str, job_dir: Path) -> int:
         signal.signal(signum, lambda sig, _frame: stopping.append(sig))
     job_id = lookup(env, "job_id") or "0"
     try:
-        started = _RayProcess(role, args, env, job_dir)
+        started = _RayProcess(role, forked(args, private_dir), env, job_dir)
         # The batch script asks for the stop with a file on the shared file system: a
         # signal through srun would reach every process of the step (raylet included).
         while started.running(lambda: not stopping and not _asked_to_stop(role, job_dir,

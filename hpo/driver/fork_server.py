@@ -33,6 +33,7 @@ from hpo.driver.ray_private import unknown_config_keys
 
 RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
 SETUP_WORKER = "setup_worker.py"  # ray._private.ray_constants.SETUP_WORKER_FILENAME
+SOCKET_NAME = "fork.sock"  # in the run's (or node's) private folder
 
 # Workers that start at once, for each core (the raylet's, and Tune's trial actors: hpo's
 # start cap). A forked worker's start is mostly round trips (raylet, fork server, GCS) and
@@ -41,13 +42,15 @@ SETUP_WORKER = "setup_worker.py"  # ray._private.ray_constants.SETUP_WORKER_FILE
 STARTS_PER_CORE = 4
 
 
+# Ray's default workers started with a node, before any job, carry no job: none is needed
+# where forks are cheap, and they could not be forked. A cluster's head sets these for all.
+NO_PRESTART = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
+
+
 def system_config() -> dict[str, Any]:
-    """The `_system_config` of a node whose workers are forked. Ray's default workers started
-    with the node, before any job, carry no job: none is needed when forks are cheap, and
-    they could not be forked."""
-    cores = usable_cores()
-    return {"prestart_worker_first_driver": False, "enable_worker_prestart": False,
-            "worker_maximum_startup_concurrency": STARTS_PER_CORE * cores}
+    """The `_system_config` of a one-node Ray whose workers are forked (for a cluster of
+    several nodes, NO_PRESTART only: the head's cores say nothing of the others')."""
+    return {**NO_PRESTART, "worker_maximum_startup_concurrency": STARTS_PER_CORE * usable_cores()}
 
 # Libraries a trainable may import that cost each worker a second or more, and that a fork
 # inherits safely while unused (torch initialises CUDA and its thread pools on first use).
@@ -94,7 +97,7 @@ class ForkServer:
     the job are known (`start`)."""
 
     def __init__(self, run_dir: Path, env: dict[str, str] | None = None) -> None:
-        self._path = run_dir / "fork.sock"
+        self._path = run_dir / SOCKET_NAME
         self._link: Path | None = None
         read_end, write_end = os.pipe()
         # Only the server holds the socket: when it ends (or fails), the stubs find it closed

@@ -13,27 +13,18 @@ SOCKET: where the stubs look for a job's fork server, with {job} for the job's I
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 
 from hpo.cluster.warm import PID_LINE
-from hpo.driver import fork_server, ray_start_private, runtime_env_private, worker_stub
+from hpo.driver import fork_server, node_start, ray_start_private
 
 
 def main(socket_path: str, ray_args: list[str]) -> None:
-    from ray.scripts.scripts import cli
-
     forks = fork_server.available()
     config = {**ray_start_private.NODE_CONFIG, **(fork_server.system_config() if forks else {})}
-    if forks:  # the stubs' and Tune's variables, which every worker inherits from the raylet
-        os.environ.update(fork_server.stubs_env(socket_path))
-        os.environ.update(runtime_env_private.TUNE_DEFAULT_ENV)
     raylets: list[int] = []
-    with ray_start_private.lean_head(worker_stub.__file__ if forks else None,
-                                     on_raylet=raylets.append):
-        cli.main(args=["start", *ray_args, f"--system-config={json.dumps(config)}"],
-                 prog_name="ray", standalone_mode=False)
+    node_start.ray_start(ray_args, config, fork_server.stubs_env(socket_path) if forks else None,
+                         raylets.append)
     if forks:
         print(f"{PID_LINE}{raylets[0]}", flush=True)
 

@@ -1,0 +1,62 @@
+"""`ray start` with its node's workers forked (hpo.driver.fork_server): Ray's own command, run
+in this process inside hpo.driver.ray_start_private.lean_head, as an embedded run starts its
+node, with hpo's stub (hpo.driver.worker_stub) as the raylet's worker command. A warm local
+Ray's head uses it (hpo.driver.warm_head), and so does each node of a Slurm job
+(hpo.cluster.node), where a fresh worker would import Ray, Tune and their libraries from the
+site's shared file system (about 2 CPU-s each here, and every worker of a node at once):
+
+    python -m hpo.driver.node_start PRIVATE_DIR [ray start's arguments]
+
+A Slurm node's fork server (its socket in PRIVATE_DIR, the job's private folder on the node)
+is started here, in the node's own srun step, so its forks have the step's CPUs, memory and
+devices, as the raylet's own workers would. It serves the node's first job: the study's
+driver, the first to connect to the job's Ray (the batch script waits for the nodes through
+the GCS, which makes no job). Ray starts any other job's workers itself, as it does where
+forks are not available.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hpo.driver import fork_server, ray_start_private, runtime_env_private, worker_stub
+
+
+def ray_start(ray_args: list[str], config: dict[str, Any], stubs_env: dict[str, str] | None,
+              on_raylet: Callable[[int], None]) -> None:
+    """`ray start` with ray_args (those after `start`) in this process, inside lean_head;
+    `config` the head's system config (a worker node takes its head's). With stubs_env (what
+    the stubs are told: fork_server.stubs_env), the raylet's worker command is the stub, and
+    the raylet's environment has stubs_env and Tune's variables for its workers."""
+    from ray.scripts.scripts import cli
+
+    if stubs_env is not None:  # every worker inherits them from the raylet
+        os.environ.update(stubs_env)
+        os.environ.update(runtime_env_private.TUNE_DEFAULT_ENV)
+    extra = [f"--system-config={json.dumps(config)}"] if config and "--head" in ray_args else []
+    with ray_start_private.lean_head(worker_stub.__file__ if stubs_env is not None else None,
+                                     on_raylet=on_raylet):
+        cli.main(args=["start", *ray_args, *extra], prog_name="ray", standalone_mode=False)
+
+
+def main(private_dir: Path, ray_args: list[str]) -> None:
+    """A Slurm node's `ray start`, its workers forked by a server of this node where forks are
+    available; Ray's own command as it is otherwise."""
+    # A start tried again (hpo.cluster.node) finds the socket of the one it killed.
+    (private_dir / fork_server.SOCKET_NAME).unlink(missing_ok=True)
+    with fork_server.serving(private_dir) as forks:
+        if forks is None:
+            from ray.scripts.scripts import cli
+
+            cli.main(args=["start", *ray_args], prog_name="ray", standalone_mode=False)
+            return
+        ray_start(ray_args, fork_server.NO_PRESTART, forks.env, forks.start)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2:])

@@ -59,12 +59,12 @@ def slurm() -> Iterator[SlurmTestCluster]:
 
 def _space(slurm: SlurmTestCluster, name: str, *, nodes: int, samples: int, steps: int,
            sleep: float, extra: str = "", slurm_extra: str = "", cpus: int = 2,
-           trainable: str = "steady") -> Path:
+           trainable: str = "study_trainables.py:steady") -> Path:
     work = slurm.root / "work"
     space = work / f"{name}.yaml"
     space.write_text(f"""\
 name: {name}
-trainable: tests/study_trainables.py:{trainable}
+trainable: tests/{trainable}
 metric: score
 mode: max
 num_samples: {samples}
@@ -158,7 +158,8 @@ def test_ray_spans_all_nodes_and_trials_run_on_several(slurm: SlurmTestCluster,
     # A fresh process per trial: with actor reuse, short trials under load could all run in
     # node1's first two warm processes before node2's and node3's had started (seen twice).
     space = _space(slurm, "span", nodes=3, samples=6, steps=3, sleep=0.5,
-                   extra="reuse_actors: false\n", trainable="steady_forked")
+                   extra="reuse_actors: false\n",
+                   trainable="study_trainables.py:steady_forked")
     job_id = _submit(slurm, space)
     outputs.append(job_id)
     out = _finished(slurm, job_id)
@@ -174,6 +175,23 @@ def test_ray_spans_all_nodes_and_trials_run_on_several(slurm: SlurmTestCluster,
     # srun -c: each node's step may run on the job's 2 CPUs there, and Ray is told 2
     assert all("--num-cpus=2 " in (node_logs / f"ray-{node}.log").read_text()
                for node in ("node1", "node2", "node3"))
+    _assert_nothing_left(slurm, job_id)
+
+
+def test_a_torch_trainable_finds_torch_imported_in_its_node_fork_server(
+        slurm: SlurmTestCluster, outputs: list[str]) -> None:
+    # One trial at a time, each in a fresh worker: the first waits until its node's fork
+    # server has imported torch (told by the driver through the job's folder once it has
+    # imported the trainable), so the second one's fork has it.
+    space = _space(slurm, "preload", nodes=1, samples=2, steps=1, sleep=0.0,
+                   extra="reuse_actors: false\nmax_concurrent: 1\n",
+                   trainable="dp_trainables.py:torch_preloaded")
+    job_id = _submit(slurm, space)
+    outputs.append(job_id)
+    _finished(slurm, job_id)
+    frame = load_results(slurm.root / "work/results/preload").sort_values("trial_id")
+    assert list(frame["forked"]) == [True, True], frame[["trial_id", "forked"]]
+    assert frame["preloaded"].iloc[1], frame[["trial_id", "preloaded"]]
     _assert_nothing_left(slurm, job_id)
 
 

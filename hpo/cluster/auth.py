@@ -25,6 +25,9 @@ class RayCluster:
     # the raylet whose workers it forks: a warm local Ray's (hpo.cluster.warm); "" and 0: none.
     fork_socket: str = ""
     raylet_pid: int = 0
+    # Where a Slurm job's nodes look for the libraries their fork servers import for the
+    # study's trainable (its torch: hpo.driver.node_start); "": none.
+    preload_file: str = ""
 
 
 def new_token(folder: Path) -> Path:

@@ -29,6 +29,7 @@ from hpo.cluster.node import (
     CONFIG_FILE,
     HEAD_FILE,
     NODES_DIR,
+    PRELOAD_FILE,
     STOP_FILE,
     TOKEN_FILE,
     write_json,
@@ -196,7 +197,8 @@ def ray_cluster(alloc: Allocation, options: SlurmSettings,
         with token_env(job_dir / TOKEN_FILE):
             address = wait_ready(alloc, job_dir, steps, options.startup_timeout_s)
         head = json.loads((job_dir / HEAD_FILE).read_text())
-        yield RayCluster(address, head["ip"], job_dir / TOKEN_FILE, node_notes(job_dir))
+        yield RayCluster(address, head["ip"], job_dir / TOKEN_FILE, node_notes(job_dir),
+                         preload_file=str(job_dir / PRELOAD_FILE))
     finally:
         stop(steps, job_dir)
         shutil.rmtree(job_dir, ignore_errors=True)

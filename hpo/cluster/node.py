@@ -30,6 +30,7 @@ from hpo.cluster.slurm_env import NodeShare, lookup, ray_node_env, usable_cpus
 
 HEAD_FILE, CONFIG_FILE, TOKEN_FILE, NODES_DIR = "head.json", "config.json", "auth_token", "nodes"
 STOP_FILE = "stop"
+PRELOAD_FILE = "preload.json"  # the study's driver's word to the nodes' fork servers
 STOP_GRACE_S = 5.0
 START_ATTEMPTS = 3
 ROLES = ("head", "worker", "join")
@@ -93,7 +94,7 @@ def start_args(role: str, job_dir: Path, env: dict[str, str]) -> list[str]:
                           dashboard=config.get("dashboard", False))
 
 
-def forked(args: list[str], private_dir: str) -> list[str]:
+def forked(args: list[str], private_dir: str, job_dir: Path) -> list[str]:
     """`ray start` (args) run by hpo.driver.node_start, whose raylet's workers are forked by a
     fork server of this node (a fresh worker imports Ray and Tune: about 2 CPU-s, from the
     site's shared file system), unless the head is asked for Ray's dashboard (a forked start
@@ -101,7 +102,8 @@ def forked(args: list[str], private_dir: str) -> list[str]:
     if "--include-dashboard=true" in args:
         return args
     ray, start, *options = args  # ray_start_args: the `ray` script, "start", its options
-    return [sys.executable, "-m", "hpo.driver.node_start", private_dir, *options]
+    return [sys.executable, "-m", "hpo.driver.node_start", private_dir,
+            str(job_dir / PRELOAD_FILE), *options]
 
 
 def descendants(root: int) -> list[int]:
@@ -170,7 +172,7 @@ def main(role: str, job_dir: Path) -> int:
         signal.signal(signum, lambda sig, _frame: stopping.append(sig))
     job_id = lookup(env, "job_id") or "0"
     try:
-        started = _RayProcess(role, forked(args, private_dir), env, job_dir)
+        started = _RayProcess(role, forked(args, private_dir, job_dir), env, job_dir)
         # The batch script asks for the stop with a file on the shared file system: a
         # signal through srun would reach every process of the step (raylet included).
         while started.running(lambda: not stopping and not _asked_to_stop(role, job_dir,

@@ -143,7 +143,12 @@ class ForkServer:
         trainable before any trial code runs (a torch trainable's torch: about 1 s of each
         worker's start), for the forks it makes after: a worker sees what it would have seen.
         A kept Ray's next run with a trainable that imports less stops the forks."""
-        wanted = set(imported_with(trainable))
+        self.preload(imported_with(trainable))
+
+    def preload(self, names: list[str]) -> None:
+        """preload_for, with the HEAVY libraries a fresh worker would import (others are
+        not imported)."""
+        wanted = set(names) & set(HEAVY)
         if self._preloaded - wanted:
             self._tell(None)
             self.forking = False

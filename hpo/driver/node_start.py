@@ -5,14 +5,17 @@ Ray's head uses it (hpo.driver.warm_head), and so does each node of a Slurm job
 (hpo.cluster.node), where a fresh worker would import Ray, Tune and their libraries from the
 site's shared file system (about 2 CPU-s each here, and every worker of a node at once):
 
-    python -m hpo.driver.node_start PRIVATE_DIR [ray start's arguments]
+    python -m hpo.driver.node_start PRIVATE_DIR PRELOAD_FILE [ray start's arguments]
 
 A Slurm node's fork server (its socket in PRIVATE_DIR, the job's private folder on the node)
 is started here, in the node's own srun step, so its forks have the step's CPUs, memory and
 devices, as the raylet's own workers would. It serves the node's first job: the study's
 driver, the first to connect to the job's Ray (the batch script waits for the nodes through
 the GCS, which makes no job). Ray starts any other job's workers itself, as it does where
-forks are not available.
+forks are not available. Once the driver has imported the trainable, it writes PRELOAD_FILE
+(in the job's folder, on the shared file system) with the heavy libraries a worker imports
+with it (torch: hpo.driver.fork_server.imported_with), which the server then imports once
+for the forks it makes after, instead of each worker.
 """
 
 from __future__ import annotations
@@ -20,11 +23,15 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hpo.driver import fork_server, ray_start_private, runtime_env_private, worker_stub
+
+PRELOAD_LOOK_S = 0.2  # a stat of a file on the shared file system, per node
 
 
 def ray_start(ray_args: list[str], config: dict[str, Any], stubs_env: dict[str, str] | None,
@@ -44,7 +51,7 @@ def ray_start(ray_args: list[str], config: dict[str, Any], stubs_env: dict[str, 
         cli.main(args=["start", *ray_args, *extra], prog_name="ray", standalone_mode=False)
 
 
-def main(private_dir: Path, ray_args: list[str]) -> None:
+def main(private_dir: Path, preload_file: Path, ray_args: list[str]) -> None:
     """A Slurm node's `ray start`, its workers forked by a server of this node where forks are
     available; Ray's own command as it is otherwise."""
     # A start tried again (hpo.cluster.node) finds the socket of the one it killed.
@@ -55,8 +62,28 @@ def main(private_dir: Path, ray_args: list[str]) -> None:
 
             cli.main(args=["start", *ray_args], prog_name="ray", standalone_mode=False)
             return
-        ray_start(ray_args, fork_server.NO_PRESTART, forks.env, forks.start)
+        serving = forks  # for mypy: not None below
+
+        def started(raylet_pid: int) -> None:
+            serving.start(raylet_pid)  # the first order: the preload comes after it
+            threading.Thread(target=_preload_when_told, args=(serving, preload_file),
+                             name="hpo-preload", daemon=True).start()
+
+        ray_start(ray_args, fork_server.NO_PRESTART, forks.env, started)
+
+
+def _preload_when_told(forks: fork_server.ForkServer, preload_file: Path) -> None:
+    """Once the study's driver has written preload_file, have the server import what it
+    names, for the forks it makes after (looked for every PRELOAD_LOOK_S, as long as the node
+    runs: this thread ends with it)."""
+    while not preload_file.exists():
+        time.sleep(PRELOAD_LOOK_S)
+    try:
+        modules = json.loads(preload_file.read_text())["modules"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # the workers import what they need themselves
+    forks.preload([str(name) for name in modules])
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2:])
+    main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:])

@@ -97,11 +97,32 @@ def starts_per_core() -> int:
     return fork_server.STARTS_PER_CORE if _forks is not None and _forks.forking else 1
 
 
+# Where the nodes of the Slurm job whose Ray this process is connected to look for the
+# libraries to preload (hpo.driver.node_start), while connected (None otherwise).
+_nodes_preload: Path | None = None
+
+
 def preload_for(trainable: Any) -> None:
-    """Have the embedded Ray's workers start with the heavy libraries a worker imports with
-    this trainable (its torch), where a fork server makes them."""
+    """Have the Ray's workers start with the heavy libraries a worker imports with this
+    trainable (its torch), where fork servers make them: this process's (an embedded or a
+    warm Ray's), or a Slurm job's nodes', told through the job's folder."""
     if _forks is not None:
         _forks.preload_for(trainable)
+    elif _nodes_preload is not None:
+        from hpo.cluster.node import write_json
+
+        write_json(_nodes_preload, {"modules": fork_server.imported_with(trainable)})
+
+
+@contextlib.contextmanager
+def _nodes_told(cluster: RayCluster) -> Iterator[None]:
+    """preload_for tells the cluster's nodes while the block runs (where they listen)."""
+    global _nodes_preload
+    _nodes_preload = Path(cluster.preload_file) if cluster.preload_file else None
+    try:
+        yield
+    finally:
+        _nodes_preload = None
 
 
 # The embedded Ray that `keep=True` left running for the next run in this process (a
@@ -252,7 +273,7 @@ def connected_ray(cluster: RayCluster, log_file: Path) -> Iterator[dict[str, flo
         for note in cluster.notes:
             logging.getLogger("hpo.cluster").warning(note)
         try:
-            with _job_forks(cluster):
+            with _job_forks(cluster), _nodes_told(cluster):
                 yield ray.cluster_resources()
         finally:
             ray.shutdown()

@@ -6,7 +6,8 @@ network, UTS and mount namespace, all sharing this machine's cores).
 Each run submits a batch script that records its start (`date +%s.%N`), then runs a study
 with `hpo slurm run`: one trial per CPU of the allocation at once (`nodes` x 2), each
 `steps` steps of `sleep_s` (benchmarks/peer_runs.py's trial, which appends its first and
-last step's clock to a spans file on the shared file system). Figures, from the job's start:
+last step's clock to a spans file on the shared file system; with `torch`, the same in
+benchmarks/torch_trial.py, whose module imports torch). Figures, from the job's start:
 the cluster ready (the batch output's line), the first trial's first step, the last trial's
 first step (every worker up), and the job's end. The two sides take turns.
 
@@ -44,6 +45,8 @@ from benchmarks._common import (  # noqa: E402
 
 CPUS = 2  # each test node's
 SIDES = {"forked": "1", "Ray's own": "0"}  # HPO_FORK_WORKERS
+TRAINABLES = {"plain": ROOT / "benchmarks/peer_runs.py:hpo_trial",
+              "torch": ROOT / "benchmarks/torch_trial.py:hpo_torch_trial"}
 
 SCRIPT = """#!/bin/bash
 #SBATCH --nodes={nodes} --ntasks-per-node=1 --cpus-per-task={cpus} --output={out}
@@ -55,7 +58,7 @@ echo "job-end $(date +%s.%N)"
 """
 
 SPACE = """name: forks
-trainable: {root}/benchmarks/peer_runs.py:hpo_trial
+trainable: {trainable}
 metric: score
 mode: max
 num_samples: {trials}
@@ -73,7 +76,7 @@ slurm:
 """
 
 
-def one_run(cluster: SlurmTestCluster, args: argparse.Namespace, side: str,
+def one_run(cluster: SlurmTestCluster, args: argparse.Namespace, trainable: str, side: str,
             tag: str) -> dict[str, float]:
     """Seconds from the job's start to: cluster ready, first step, last first step, end."""
     work = cluster.root / "work" / f"forks-{tag}"
@@ -81,7 +84,7 @@ def one_run(cluster: SlurmTestCluster, args: argparse.Namespace, side: str,
     trials = args.nodes * CPUS
     spans = work / "spans.jsonl"
     space = work / "space.yaml"
-    space.write_text(SPACE.format(root=ROOT, trials=trials, steps=args.steps,
+    space.write_text(SPACE.format(trainable=TRAINABLES[trainable], trials=trials, steps=args.steps,
                                   sleep_s=args.sleep_s, spans=spans, nodes=args.nodes,
                                   cpus=CPUS, venv=Path(sys.executable).parent.parent,
                                   jobs=work / "jobs"))
@@ -97,7 +100,8 @@ def one_run(cluster: SlurmTestCluster, args: argparse.Namespace, side: str,
     ready = re.search(r"Ray cluster ready .*? after (\S+) s", text)
     done = [json.loads(line) for line in spans.read_text().splitlines()] if spans.exists() else []
     if not all(marks.values()) or len(done) != trials:
-        raise RuntimeError(f"{side} run {tag}: {len(done)}/{trials} trials\n{text[-2000:]}")
+        raise RuntimeError(f"{trainable}, {side} run {tag}: {len(done)}/{trials} trials\n"
+                           f"{text[-2000:]}")
     start = float(marks["job-start"].group(1))  # type: ignore[union-attr]
     firsts = sorted(d["first"] for d in done)
     return {"ready_s": float(ready.group(1)) if ready else float("nan"),
@@ -108,6 +112,8 @@ def one_run(cluster: SlurmTestCluster, args: argparse.Namespace, side: str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--trainables", nargs="+", choices=sorted(TRAINABLES),
+                        default=list(TRAINABLES))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--sleep-s", type=float, default=0.5)
@@ -115,20 +121,23 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     began = time.time()
-    runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {}
     with SlurmTestCluster(nodes=args.nodes, cpus=CPUS) as cluster:
         for k in range(args.rounds):
-            for side in SIDES:
-                wait_until_quiet(timeout_s=args.quiet_timeout, log=log)
-                run = one_run(cluster, args, side, f"{k}-{SIDES[side]}")
-                log(f"  {side}, round {k + 1}: " + ", ".join(f"{key} {value:.2f}"
-                                                             for key, value in run.items()))
-                runs[side].append(run)
-    header = ["workers", "Ray ready s (inside `hpo slurm run`)", "first trial's first step s",
-              "every trial's first step s", "job's end s"]
-    rows = [[side, *(f"{median([r[key] for r in runs[side]]):.2f} ("
-                     + ", ".join(f"{r[key]:.2f}" for r in runs[side]) + ")"
-                     for key in ("ready_s", "first_s", "all_s", "end_s"))] for side in SIDES]
+            for trainable in args.trainables:
+                for side in SIDES:
+                    wait_until_quiet(timeout_s=args.quiet_timeout, log=log)
+                    tag = f"{trainable}-{k}-{SIDES[side]}"
+                    run = one_run(cluster, args, trainable, side, tag)
+                    log(f"  {trainable}, {side}, round {k + 1}: " + ", ".join(
+                        f"{key} {value:.2f}" for key, value in run.items()))
+                    runs.setdefault((trainable, side), []).append(run)
+    header = ["trainable", "workers", "Ray ready s (inside `hpo slurm run`)",
+              "first trial's first step s", "every trial's first step s", "job's end s"]
+    rows = [[trainable, side, *(f"{median([r[key] for r in done]):.2f} ("
+                                + ", ".join(f"{r[key]:.2f}" for r in done) + ")"
+                                for key in ("ready_s", "first_s", "all_s", "end_s"))]
+            for (trainable, side), done in runs.items()]
     print(text_table(header, rows))
     if args.markdown:
         command = "python benchmarks/slurm_forks.py " + " ".join(sys.argv[1:])

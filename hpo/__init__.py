@@ -133,9 +133,9 @@ def load_checkpoint(folder: str | Path) -> Any:
         >>> state = hpo.load_checkpoint(hpo.load("hpo-results/digits-asha").best_checkpoint)
         >>> model.load_state_dict(state["model"])
     """
-    from hpo.results import load_checkpoint as _load_checkpoint
+    from hpo.trial import checkpoint_files
 
-    return _load_checkpoint(folder)
+    return checkpoint_files.load(folder)
 
 
 def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Callable[..., Any] | None = None,

@@ -296,24 +296,6 @@ def best_checkpoint(exp_dir: str | Path, frame: pd.DataFrame) -> Path:
     return found
 
 
-def load_checkpoint(folder: str | Path) -> Any:
-    """A checkpoint folder's content as the trainable reported it: the dict (loaded with
-    torch or pickle, as it was saved; tensors saved on a GPU land on this process's GPU, or
-    the CPU without one), or, for a directory checkpoint, that directory's path (a Ray Tune
-    class trainable's or plain Tune code's: the folder's own path)."""
-    from hpo.trial import session  # its file names and loader: one copy of the format
-
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        raise ExperimentError(f"{folder}: no such checkpoint folder. Hint: pass "
-                              "hpo.load(DIR).best_checkpoint, or a trial's checkpoint_* folder")
-    if (folder / session._DIR).is_dir():
-        return str(folder / session._DIR)
-    if not any((folder / name).is_file() for name in (session._STATE_PT, session._STATE_PKL)):
-        return str(folder)
-    return session._load_state(folder)
-
-
 def front(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows on the Pareto front, best first on the first objective; with one objective,
     the best trial (none before a trial reported the metric)."""
@@ -340,30 +322,3 @@ def row_config(row: pd.Series) -> dict[str, Any]:
                 node = node.setdefault(part, {})
             node[leaf] = plain(value)
     return config
-
-
-def check_format(fmt: str, output: Path | None) -> None:
-    """Reject a format/output combination before any folder is read."""
-    if fmt not in ("table", "csv", "json", "parquet"):
-        raise ExperimentError(f"--format: unknown format {fmt!r}. Hint: table, csv, parquet or "
-                              "json")
-    if fmt == "parquet" and output is None:
-        raise ExperimentError("--format parquet: needs -o FILE. Hint: -o results.parquet")
-
-
-def export(frame: pd.DataFrame, fmt: str, output: Path | None) -> str | None:
-    """Write the table as csv/json/parquet to `output`, or return the text if no file."""
-    check_format(fmt, output)
-    if fmt == "parquet":
-        frame.to_parquet(output, index=False)
-        return None
-    if fmt == "table":
-        text = frame.to_string(index=False) + "\n"
-    elif fmt == "csv":
-        text = frame.to_csv(index=False)
-    else:
-        text = frame.to_json(orient="records", indent=2) + "\n"
-    if output is None:
-        return text
-    output.write_text(text)
-    return None

@@ -73,13 +73,15 @@ def _old_check() -> int:
 
 
 def _restore_check() -> dict[str, str]:
-    from hpo.trial import session
+    from hpo.trial import checkpoint_files, dist
 
+    device = str(dist.device())
     with tempfile.TemporaryDirectory() as folder:
         state = {"w": torch.ones(2, device="cuda"), "rng": torch.get_rng_state()}
-        session._write_checkpoint(Path(folder), state, reports=1)
-        torch.set_rng_state(session._load_state(Path(folder))["rng"])  # must be on the CPU
-        loaded = session._load_state(Path(folder))
+        checkpoint_files.write(Path(folder), state, reports=1)
+        rng = checkpoint_files.load_state(Path(folder), device)["rng"]
+        torch.set_rng_state(rng)  # must be on the CPU
+        loaded = checkpoint_files.load_state(Path(folder), device)
     return {key: str(value.device) for key, value in loaded.items()}
 
 

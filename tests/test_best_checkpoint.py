@@ -217,16 +217,16 @@ def test_a_swap_cut_short_leaves_the_previous_best_which_comes_back(tmp_path: Pa
 
 
 def test_load_checkpoint_gives_what_was_reported(tmp_path: Path) -> None:
-    from hpo.trial import session
+    from hpo.trial import checkpoint_files
 
     for name in ("dict", "dir"):
         (tmp_path / name).mkdir()
-    session._write_checkpoint(tmp_path / "dict", {"step": 3}, reports=3)
+    checkpoint_files.write(tmp_path / "dict", {"step": 3}, reports=3)
     assert hpo.load_checkpoint(tmp_path / "dict") == {"step": 3}
     user = tmp_path / "user"
     user.mkdir()
     (user / "model.bin").write_text("w")
-    session._write_checkpoint(tmp_path / "dir", str(user), reports=1)
+    checkpoint_files.write(tmp_path / "dir", str(user), reports=1)
     assert Path(hpo.load_checkpoint(tmp_path / "dir"), "model.bin").read_text() == "w"
     assert hpo.load_checkpoint(user) == str(user)  # a Tune class trainable's own folder
     with pytest.raises(ExperimentError, match="no such checkpoint folder"):

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import hpo
-from hpo.trial import dist, session
+from hpo.trial import checkpoint_files, dist, session
 from tests.conftest import trial_rows
 
 HERE = "tests/test_checkpoint_files.py"
@@ -112,21 +112,20 @@ def test_data_parallel_trials_leave_no_checkpoint_folders(tmp_path: Path, own_tm
 ])
 def test_a_saved_tensor_restores_onto_this_ranks_device(saved: str, device: str,
                                                         restored: str) -> None:
-    assert session.restore_location(saved, device) == restored
+    assert checkpoint_files.restore_location(saved, device) == restored
 
 
 def _saved_on(folder: Path, location: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A checkpoint as hpo writes it, its tensors tagged as saved on `location`."""
     with monkeypatch.context() as patch:
         patch.setattr(torch.serialization, "location_tag", lambda storage: location)
-        session._write_checkpoint(folder, {"w": torch.ones(2), "step": 3}, reports=1)
+        checkpoint_files.write(folder, {"w": torch.ones(2), "step": 3}, reports=1)
 
 
 def test_a_gpu_checkpoint_restores_on_a_cpu_only_process(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _saved_on(tmp_path, "cuda:1", monkeypatch)
-    monkeypatch.setattr(dist, "device", lambda: torch.device("cpu"))
-    state = session._load_state(tmp_path)  # torch.load alone: "no CUDA device" on a CPU node
+    state = checkpoint_files.load_state(tmp_path, "cpu")  # torch.load alone: "no CUDA device"
     assert state["w"].device == torch.device("cpu") and state["w"].tolist() == [1.0, 1.0]
 
 
@@ -135,7 +134,6 @@ def test_gpu_tensors_are_restored_onto_the_ranks_own_gpu(
     """Horovod's local rank 1 restoring what rank 0 saved on cuda:0 (no GPU here: the move
     itself is recorded, not made)."""
     _saved_on(tmp_path, "cuda:0", monkeypatch)
-    monkeypatch.setattr(dist, "device", lambda: torch.device("cuda", 1))
     asked: list[str] = []
 
     def restore(storage: object, location: str) -> object:
@@ -143,7 +141,7 @@ def test_gpu_tensors_are_restored_onto_the_ranks_own_gpu(
         return storage
 
     monkeypatch.setattr(torch.serialization, "default_restore_location", restore)
-    session._load_state(tmp_path)
+    checkpoint_files.load_state(tmp_path, "cuda:1")
     assert asked == ["cuda:1"]
 
 

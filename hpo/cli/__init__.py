@@ -162,7 +162,8 @@ def results(experiment_dir: Path,
                                         "training_iteration.")) -> None:
     """One row per trial, best first (config, last/best metric, each reported metric,
     iterations, status, time)."""
-    from hpo.results import check_format, export, load_curves, load_results
+    from hpo.cli._shared import check_format, export
+    from hpo.results import load_curves, load_results
 
     check_format(fmt, output)
     frame = load_curves(experiment_dir) if curves else load_results(experiment_dir)

@@ -11,7 +11,8 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 import yaml
@@ -22,7 +23,10 @@ from rich.table import Table
 from hpo.driver import fork_server
 from hpo.driver.guards.start_stop import StoppedAtStart
 from hpo.driver.guards.storage_faults import storage_error
-from hpo.errors import HpoError
+from hpo.errors import ExperimentError, HpoError
+
+if TYPE_CHECKING:  # pandas: imported where a table is made, not at the CLI's start
+    import pandas as pd
 
 
 def _console(stderr: bool = False) -> Console:
@@ -131,3 +135,30 @@ def cell(value: Any) -> str:
     if isinstance(value, float):
         return "-" if math.isnan(value) else f"{value:.4g}"
     return str(value)
+
+
+def check_format(fmt: str, output: Path | None) -> None:
+    """Reject a format/output combination before any folder is read."""
+    if fmt not in ("table", "csv", "json", "parquet"):
+        raise ExperimentError(f"--format: unknown format {fmt!r}. Hint: table, csv, parquet or "
+                              "json")
+    if fmt == "parquet" and output is None:
+        raise ExperimentError("--format parquet: needs -o FILE. Hint: -o results.parquet")
+
+
+def export(frame: pd.DataFrame, fmt: str, output: Path | None) -> str | None:
+    """Write the table as csv/json/parquet to `output`, or return the text if no file."""
+    check_format(fmt, output)
+    if fmt == "parquet":
+        frame.to_parquet(output, index=False)
+        return None
+    if fmt == "table":
+        text = frame.to_string(index=False) + "\n"
+    elif fmt == "csv":
+        text = frame.to_csv(index=False)
+    else:
+        text = frame.to_json(orient="records", indent=2) + "\n"
+    if output is None:
+        return text
+    output.write_text(text)
+    return None

@@ -35,11 +35,12 @@ PRELOAD_LOOK_S = 0.2  # a stat of a file on the shared file system, per node
 
 
 def ray_start(ray_args: list[str], config: dict[str, Any], stubs_env: dict[str, str] | None,
-              on_raylet: Callable[[int], None]) -> None:
-    """`ray start` with ray_args (those after `start`) in this process, inside lean_head;
-    `config` the head's system config (a worker node takes its head's). With stubs_env (what
-    the stubs are told: fork_server.stubs_env), the raylet's worker command is the stub, and
-    the raylet's environment has stubs_env and Tune's variables for its workers."""
+              on_raylet: Callable[[int], None], look_fast: bool = True) -> None:
+    """`ray start` with ray_args (those after `start`) in this process, inside lean_head
+    (look_fast: its); `config` the head's system config (a worker node takes its head's).
+    With stubs_env (what the stubs are told: fork_server.stubs_env), the raylet's worker
+    command is the stub, and the raylet's environment has stubs_env and Tune's variables for
+    its workers."""
     from ray.scripts.scripts import cli
 
     if stubs_env is not None:  # every worker inherits them from the raylet
@@ -47,7 +48,7 @@ def ray_start(ray_args: list[str], config: dict[str, Any], stubs_env: dict[str, 
         os.environ.update(runtime_env_private.TUNE_DEFAULT_ENV)
     extra = [f"--system-config={json.dumps(config)}"] if config and "--head" in ray_args else []
     with ray_start_private.lean_head(worker_stub.__file__ if stubs_env is not None else None,
-                                     on_raylet=on_raylet):
+                                     on_raylet=on_raylet, look_fast=look_fast):
         cli.main(args=["start", *ray_args, *extra], prog_name="ray", standalone_mode=False)
 
 
@@ -69,7 +70,7 @@ def main(private_dir: Path, preload_file: Path, ray_args: list[str]) -> None:
             threading.Thread(target=_preload_when_told, args=(serving, preload_file),
                              name="hpo-preload", daemon=True).start()
 
-        ray_start(ray_args, fork_server.NO_PRESTART, forks.env, started)
+        ray_start(ray_args, fork_server.NO_PRESTART, forks.env, started, look_fast=False)
 
 
 def _preload_when_told(forks: fork_server.ForkServer, preload_file: Path) -> None:

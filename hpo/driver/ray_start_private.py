@@ -83,14 +83,16 @@ AGENT_COMMAND = "--dashboard_agent_command="
 @contextlib.contextmanager
 def lean_head(setup_worker: str | None = None,
               on_raylet: Callable[[int], None] | None = None,
-              agent_port: int | None = None) -> Iterator[None]:
+              agent_port: int | None = None, look_fast: bool = True) -> Iterator[None]:
     """While the block runs, every RayParams built (the one `ray.init` builds to start its
     node) has no autoscaler monitor and no log monitor (and `setup_worker` as the raylet's
     worker command, when given), a head node starts no dashboard process, on_raylet (when
     given) is called with the raylet's pid as soon as it is started, agent_port (when given)
     is told the raylet ahead as its runtime-env agent's, which then runs niced
     (hpo.driver.runtime_env_private), and `ray.init` sees the node registered within
-    NODE_LOOK_S; restored after."""
+    NODE_LOOK_S (with look_fast; without, Ray looks every second: hundreds of a Slurm job's
+    nodes starting at once would ask the head's GCS thousands of times a second); restored
+    after."""
     from ray._private import ray_constants, services
     from ray._private import utils as ray_utils
     from ray._private.node import Node
@@ -155,10 +157,14 @@ def lean_head(setup_worker: str | None = None,
 
     with replaced(RayParams, "__init__", lean), replaced(Node, "start_api_server", no_api_server), \
             replaced(Node, "start_raylet", told), \
-            replaced(services, "get_node", looked_for_first), \
+            replaced(services, "get_node", looked_for_first if look_fast else _as_is), \
             replaced(services, "start_ray_process", raylet_commands), \
             replaced(ray_utils, "get_dashboard_dependency_error", looked_up_first):
         yield
+
+
+def _as_is(original: Any) -> Any:
+    return original
 
 
 def agent_ports_ahead(session_dir: str, node_id: str) -> None:

@@ -16,11 +16,9 @@ import atexit
 import contextlib
 import functools
 import os
-import pickle
 import re
 import shutil
 import socket
-import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
@@ -28,10 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from hpo.trial import cost, dist, ray_private
+from hpo.trial import checkpoint_files, cost, dist, ray_private
 
 Trainable = Callable[[dict[str, Any]], Any]  # what `trainable:` names: f(config)
-_STATE_PT, _STATE_PKL, _DIR, _ITER = "hpo_state.pt", "hpo_state.pkl", "hpo_dir", "hpo_iteration"
 
 
 class RankLink(Protocol):
@@ -167,19 +164,8 @@ def _written(checkpoint: Any, reports: int) -> Iterator[Path]:
     """A temporary folder holding the checkpoint as hpo stores it (tune.report has copied it
     to storage before it returns)."""
     with checkpoint_in_transit() as folder:
-        _write_checkpoint(folder, checkpoint, reports)
+        checkpoint_files.write(folder, checkpoint, reports)
         yield folder
-
-
-def _write_checkpoint(folder: Path, checkpoint: Any, reports: int) -> None:
-    (folder / _ITER).write_text(str(reports))
-    if isinstance(checkpoint, (str, os.PathLike)):
-        shutil.copytree(checkpoint, folder / _DIR)
-    elif "torch" in sys.modules:
-        sys.modules["torch"].save(checkpoint, folder / _STATE_PT)
-    else:
-        with open(folder / _STATE_PKL, "wb") as file:
-            pickle.dump(checkpoint, file)
 
 
 def get_checkpoint() -> Any:
@@ -191,12 +177,12 @@ def get_checkpoint() -> Any:
     local = _local_copy_of_checkpoint()
     if local is None:
         return None
-    if (local / _ITER).exists():
-        _trial().reports = int((local / _ITER).read_text())
-    if (local / _DIR).exists() or not any(local.glob("hpo_state.*")):
-        return str(local / _DIR) if (local / _DIR).exists() else str(local)
+    if (local / checkpoint_files.ITERATION).exists():
+        _trial().reports = int((local / checkpoint_files.ITERATION).read_text())
+    if not checkpoint_files.holds_state(local):
+        return checkpoint_files.as_path(local)
     try:
-        return _load_state(local)
+        return checkpoint_files.load_state(local, str(dist.device()))
     finally:
         remove_scratch(local)
 
@@ -214,33 +200,6 @@ def _local_copy_of_checkpoint() -> Path | None:
     with checkpoint.as_directory() as folder:
         shutil.copytree(folder, local, dirs_exist_ok=True)
     return local
-
-
-def _load_state(folder: Path) -> Any:
-    if (folder / _STATE_PT).exists():
-        import torch
-
-        # Saved GPU tensors name the saving rank's device (cuda:3); without a map they would
-        # all land on cuda:0 of a Horovod node, or fail where no GPU is: onto this rank's own.
-        return torch.load(folder / _STATE_PT, map_location=_onto(str(dist.device())),
-                          weights_only=False)
-    with open(folder / _STATE_PKL, "rb") as file:
-        return pickle.load(file)
-
-
-def restore_location(saved: str, device: str) -> str:
-    """Where a storage saved at `saved` (torch's location tag) is restored: CPU tensors stay
-    on the CPU (a saved RNG state must), any other device's go to this rank's `device`."""
-    return saved if saved == "cpu" else device
-
-
-def _onto(device: str) -> Callable[[Any, str], Any]:
-    from torch.serialization import default_restore_location
-
-    def restore(storage: Any, saved: str) -> Any:
-        return default_restore_location(storage, restore_location(saved, device))
-
-    return restore
 
 
 def tune_storage() -> Any:

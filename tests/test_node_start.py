@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hpo.cluster.node import CONFIG_FILE, START_ATTEMPTS, _RayProcess
+from hpo.cluster.node import CONFIG_FILE, START_ATTEMPTS, _RayProcess, stop_tree
 
 # Fails (leaving a child behind, as a failed raylet start can) until it has run `fails`
 # times, then runs like `ray start --block`.
@@ -118,3 +119,57 @@ def test_a_running_node_asked_to_stop_is_not_running(tmp_path: Path,
     ray = _started(tmp_path, "worker", 0, groups)
     assert _watch(ray, 120.0, until=lambda: (tmp_path / "ray.child0").exists())
     assert not ray.running(lambda: False) and ray.proc.poll() is None  # main stops it next
+
+
+# A job's end on one node, as stop_tree meets it: `ray start --block` (the watcher) and an
+# agent would wait when asked with SIGTERM (Ray's drain through a head that is stopping too;
+# a report to that head holding off the agent's handler); a worker notes whether the raylet
+# still runs when it is asked. Each says it is ready once its handler is set.
+SLEEP = "time.sleep(600)"
+DEAF = f"""
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: time.sleep(600))
+open(sys.argv[1], "w").write("ready")
+{SLEEP}
+"""
+WORKER = f"""
+import os, signal, sys, time
+def asked(*_):
+    stat = open(f"/proc/{{sys.argv[2]}}/stat").read()
+    open(sys.argv[3], "w").write(str(stat.rsplit(")", 1)[1].split()[0] not in "ZX"))
+    sys.exit(0)
+signal.signal(signal.SIGTERM, asked)
+open(sys.argv[1], "w").write("ready")
+{SLEEP}
+"""
+WATCHER = f"""
+import subprocess, sys, time
+folder, python = sys.argv[1], sys.executable
+raylet = subprocess.Popen([folder + "/raylet", "-c", "import time; {SLEEP}"], executable=python)
+agent = subprocess.Popen(["ray::DashboardAgent", "-c", sys.argv[2], folder + "/agent"],
+                         executable=python)
+worker = subprocess.Popen([python, "-c", sys.argv[3], folder + "/worker", str(raylet.pid),
+                           folder + "/raylet_ran"])
+open(folder + "/pids", "w").write(f"{{raylet.pid}} {{agent.pid}} {{worker.pid}}")
+exec(sys.argv[2].replace("sys.argv[1]", "folder + '/watcher'"))
+"""
+
+
+def test_a_node_stops_without_waiting_for_ray_starts_drain_or_its_agents(
+        tmp_path: Path) -> None:
+    (tmp_path / "raylet").symlink_to(sys.executable)
+    watcher = subprocess.Popen([sys.executable, "-c", WATCHER, str(tmp_path), DEAF, WORKER])
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / name).exists() for name in ("agent", "worker", "watcher")):
+            assert time.monotonic() < deadline and watcher.poll() is None
+            time.sleep(0.05)
+        pids = [int(pid) for pid in (tmp_path / "pids").read_text().split()]
+        started = time.monotonic()
+        stop_tree(watcher, grace=120)
+        took = time.monotonic() - started
+    finally:
+        watcher.kill()
+    assert watcher.returncode == -signal.SIGKILL and all(_gone(pid) for pid in pids)
+    assert took < 60, took  # no grace period: neither the watcher nor the agent waited for
+    assert (tmp_path / "raylet_ran").read_text() == "True"  # the raylet stops last

@@ -132,26 +132,55 @@ def _alive(pid: int) -> bool:
 
 
 def stop_processes(pids: list[int], grace: float = STOP_GRACE_S,
-                   reap: Callable[[], Any] = lambda: None) -> None:
-    """SIGTERM to `pids`, SIGKILL to those still running after the grace period; `reap`
-    collects the ones that are this process's own children."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+                   first: signal.Signals = signal.SIGTERM) -> None:
+    """`first` (SIGTERM) to `pids` (none of them this process's children: it does not reap
+    them), SIGKILL to those still running after the grace period."""
+    for sig in dict.fromkeys((first, signal.SIGKILL)):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            reap()
             pids = [p for p in pids if _alive(p)]
             if not pids:
                 return
             time.sleep(0.05)
 
 
+# Ray's processes that its others report to as they stop (`ray stop` ends them by these
+# names: the raylet first, the GCS last), and its agents (their titles), whose SIGTERM
+# handler ends them at once (os._exit) unless a report of their raylet's end to the GCS
+# holds it off, which at a job's end never returned (the head's GCS stopping too): they
+# get SIGKILL, the same end.
+STOPPED_LAST = ("raylet", "gcs_server")
+AGENTS = (b"ray::DashboardAgent", b"ray::RuntimeEnvAgent")
+
+
 def stop_tree(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> None:
-    """SIGTERM to `ray start` and every process it started (as `ray stop` does, but only
-    ours), SIGKILL to what is left after the grace period."""
-    stop_processes([proc.pid, *descendants(proc.pid)], grace, reap=proc.poll)
+    """SIGKILL to Ray's agents, SIGTERM to the other processes `ray start --block` started
+    but the raylet and the GCS, then SIGKILL to `ray start` and SIGTERM to those two (as
+    `ray stop` does, but only ours); SIGKILL to what is left after each grace period.
+    `ray start` asked with SIGTERM would drain its node through the head's GCS for up to
+    30 s, stopping too at a job's end. Each node's stop took the whole grace period (5 s)
+    before. A node that leaves a running study is drained first (_drain)."""
+    below = descendants(proc.pid)
+    agents = [pid for pid in below if _command(pid).startswith(AGENTS)]
+    last = [pid for pid in below
+            if os.path.basename(_command(pid).split(b"\0")[0]).decode(errors="replace")
+            in STOPPED_LAST]
+    stop_processes(agents, grace, first=signal.SIGKILL)
+    stop_processes([pid for pid in below if pid not in agents + last], grace)
+    proc.kill()
+    proc.wait()
+    stop_processes(last, grace)
+
+
+def _command(pid: int) -> bytes:
+    """A process's command line (b"" once it has gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def main(role: str, job_dir: Path) -> int:

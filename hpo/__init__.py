@@ -33,7 +33,7 @@ from hpo.trial.session import get_checkpoint, report
 
 if TYPE_CHECKING:  # the driver imports Ray and pandas: only when a run starts
     from hpo.cluster.auth import RayCluster
-    from hpo.driver.runner import RunResult
+    from hpo.driver.outcome import RunResult
     from hpo.driver.trainable import WithParameters
     from hpo.results import Results
     from hpo.spec import Spec

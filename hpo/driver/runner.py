@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
-import re
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,50 +25,19 @@ from hpo.driver.guards.start_stop import (
 )
 from hpo.driver.guards.storage_faults import check_resumable, storage_guard
 from hpo.driver.guards.walltime import WalltimeGuard, active
+from hpo.driver.outcome import LOG_FILE, RunResult, missing_metric, outcome
 from hpo.driver.ray_actors_private import start_cap
 from hpo.driver.ray_session import connected_ray, embedded_ray, preload_for, starts_per_core
 from hpo.driver.trainable import python_name
 from hpo.errors import ConfigError, ExperimentError, RunError
-from hpo.results import SPEC_FILE, best_config, load_results, loading, saved_spec
+from hpo.results import SPEC_FILE, load_results, loading, saved_spec
 from hpo.spec.load import load_spec, spec_from_dict
 from hpo.spec.model import PYTHON_TRAINABLE, Spec
 from hpo.spec.plan import trial_count
-from hpo.trial.cost import Totals
 from hpo.trial.one_process import objects_in_store
 
 if TYPE_CHECKING:
-    import pandas as pd
-
-LOG_FILE = "hpo.log"
-
-
-@dataclass
-class RunResult:
-    """What a finished (or stopped) run leaves: its folder, its table and the winner."""
-
-    path: Path
-    dataframe: pd.DataFrame
-    best_config: dict[str, Any] = field(default_factory=dict)
-    resume_hint: str = ""  # how to resume it: the CLI's command, or hpo.resume from Python
-    finished_already: bool = False  # resume found every trial finished: nothing ran
-
-    @property
-    def errors(self) -> int:
-        """Trials that failed after their retries."""
-        return int((self.dataframe["status"] == "ERROR").sum())
-
-    def errors_summary(self) -> str:
-        """One line: how many trials failed, which, and the last line of the first one's
-        error (a trial's own OSError says its path there)."""
-        failed = self.dataframe[self.dataframe["status"] == "ERROR"]
-        first = Path(failed.iloc[0]["path"]) / "error.txt" if len(failed) else None
-        lines = first.read_text().strip().splitlines() if first and first.exists() else []
-        cause = f" First: {lines[-1][:200]}" if lines else ""
-        names = ", ".join(failed["trial_id"].astype(str).head(5))
-        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
-        return (f"{self.errors} trial(s) failed after their retries ({names}{more}).{cause} "
-                f"Hint: see error.txt in the trial folders; {self.resume_hint} retries them")
-
+    pass
 
 def _as_spec(spec: Spec | dict[str, Any] | str | Path, source: str,
              trainable: Any = None) -> tuple[Spec, str]:
@@ -167,7 +133,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
         if made_here:  # nothing ran: leave no folder behind that `hpo run` would refuse
             shutil.rmtree(exp_dir, ignore_errors=True)
         raise
-    return _outcome(exp_dir, spec, frame.result())
+    return outcome(exp_dir, spec, frame.result())
 
 
 def _warm_start(spec: Spec) -> list[tuple[dict[str, Any], list[float]]] | None:
@@ -214,7 +180,7 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
     preflight.before_ray(spec, source)
     check_resumable(exp_dir)  # a damaged state: its one line, before anything reads it
     if _finished(exp_dir, spec):  # nothing to continue: no Ray, the results as they are
-        return dataclasses.replace(_outcome(exp_dir, spec), finished_already=True)
+        return dataclasses.replace(outcome(exp_dir, spec), finished_already=True)
     guard = _walltime(spec, source, time_limit_s)
     with (start_stops(), storage_guard(exp_dir), experiment_lease(exp_dir, "resume"),
           _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster, parameters,
@@ -227,7 +193,7 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
         tune_takes_over()
         _fit(tuner, spec, exp_dir.name)
         frame = loading(exp_dir)  # while Ray stops
-    return _outcome(exp_dir, spec, frame.result())
+    return outcome(exp_dir, spec, frame.result())
 
 
 def _finished(exp_dir: Path, spec: Spec) -> bool:
@@ -281,67 +247,8 @@ def _fit(tuner: Any, spec: Spec, name: str) -> None:
     except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
         if "did not include the specified metric" not in str(exc):
             raise
-        raise RunError(_missing_metric(str(exc), spec)) from exc
+        raise RunError(missing_metric(str(exc), spec)) from exc
     finally:  # a storage fault's stop: Tune's own last sync may have cut a state file
         watch = storage_faults.current()
         if watch is not None:
             watch.settle_state()
-
-
-def _missing_metric(tune_said: str, spec: Spec) -> str:
-    """One line for Tune's strict metric check (it stops the run at the first result without
-    the metric): which metric, what the trial did report, and the closest of those."""
-    from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS
-
-    names = [metric for metric, _ in spec.objectives]
-    said, _, result = tune_said.partition("Result:")  # the metric, then the result it got
-    missing = [n for n in names if f"`{n}`" in said or f"'{n}'" in said] or names
-    hpo_added = {field.name for field in dataclasses.fields(Totals)} | {"done"}
-    found = dict.fromkeys(re.findall(r"'([^'/]+)':", result))  # flat keys, in their order
-    reported = [k for k in found if k not in {*AUTO_RESULT_KEYS, *DEBUG_METRICS, *hpo_added}]
-    example = ", ".join(f"'{name}': ..." for name in missing)
-    if not reported:
-        return (f"a trial reported results without the metric '{missing[0]}'. Hint: include "
-                f"it in every report, e.g. hpo.report({{{example}}})")
-    close = difflib.get_close_matches(missing[0], reported, n=1, cutoff=0.6)
-    guess = f"did you mean '{close[0]}'? " if close else ""
-    return (f"a trial reported {', '.join(map(repr, reported))} but not the metric "
-            f"'{missing[0]}'. Hint: {guess}fix `metric:` in the YAML, or report it: "
-            f"hpo.report({{{example}}})")
-
-
-def resume_hint(exp_dir: Path, spec: Spec) -> str:
-    """`hpo resume DIR`, or from Python where the trainable is a Python object (which the
-    CLI cannot import): `hpo.resume(DIR, trainable=...)`."""
-    if isinstance(spec.trainable, str) and not spec.trainable.startswith(PYTHON_TRAINABLE):
-        return f"`hpo resume {exp_dir}`"
-    return f"`hpo.resume('{exp_dir}', trainable=...)`"
-
-
-def _outcome(exp_dir: Path, spec: Spec, frame: pd.DataFrame | None = None) -> RunResult:
-    frame = load_results(exp_dir) if frame is None else frame
-    # A stop (Ctrl+C, SIGTERM, USR1; hpo.driver.guards.stops): Tune saved its state and returned.
-    # (synchronous HyperBand leaves the trials it cut PAUSED; rasda, those held for want of
-    # walltime, to be resumed by the requeued job)
-    started = ["RUNNING", *(["PAUSED"] if spec.scheduler.type != "hyperband" else [])]
-    statuses = list(frame["status"]) if len(frame) else []
-    not_started = 0 if spec.time_budget_s else max(trial_count(spec) - len(frame), 0)
-    had_started = sum(status in started for status in statuses)
-    waiting = statuses.count("PENDING") + not_started
-    if had_started + waiting:
-        from hpo.driver.guards.stops import stopped_by  # imports ray.tune: after Ray started
-        from hpo.driver.plugins.progress import unfinished_line
-
-        by = f" by {stopped_by()}" if stopped_by() else ""
-        raise RunError(f"the run stopped{by} with {unfinished_line(had_started, waiting)}. "
-                       f"Hint: {resume_hint(exp_dir, spec)} continues it")
-    metric = frame.attrs.get("metric", "")
-    result = RunResult(exp_dir, frame, resume_hint=resume_hint(exp_dir, spec))
-    if frame.empty or frame[f"best_{metric}"].isna().all():
-        if result.errors:  # the cause is more use than "no metric"
-            raise RunError(result.errors_summary())
-        raise RunError(f"{exp_dir}: no trial reported the metric '{metric}'. Hint: the trainable "
-                       f"must call hpo.report({{'{metric}': ...}}); see the trials' error.txt "
-                       f"and {LOG_FILE}")
-    result.best_config = best_config(frame)
-    return result

@@ -19,7 +19,7 @@ import torch
 
 import hpo
 from hpo.trial import checkpoint_files, dist, session
-from tests.conftest import trial_rows
+from tests.conftest import ROOT, trial_rows
 
 HERE = "tests/test_checkpoint_files.py"
 LEFT = ("hpo-ckpt-*", "hpo-restore-*")
@@ -169,3 +169,14 @@ def test_the_folders_of_a_killed_process_go_with_the_next_ones(
                         session._sweep_dead_owners.__wrapped__)  # not once per process here
     session.remove_scratch(session.scratch_folder("hpo-ckpt"))
     assert not dead.exists() and alive.exists() and elsewhere.exists() and users.exists()
+
+
+def test_a_pickled_checkpoint_loads_without_importing_torch(tmp_path: Path) -> None:
+    """A trial without torch restores without it (asking for its device imports torch, and
+    a trial with torch loaded saves its next checkpoints with torch)."""
+    code = ("import sys; from pathlib import Path; from hpo.trial import checkpoint_files as c; "
+            "folder = Path(sys.argv[1]); c.write(folder, {'step': 3}, reports=1); "
+            "assert c.load(folder) == {'step': 3}; print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stdout + done.stderr

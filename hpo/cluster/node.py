@@ -97,9 +97,9 @@ def start_args(role: str, job_dir: Path, env: dict[str, str]) -> list[str]:
 def forked(args: list[str], private_dir: str, job_dir: Path) -> list[str]:
     """`ray start` (args) run by hpo.driver.node_start, whose raylet's workers are forked by a
     fork server of this node (a fresh worker imports Ray and Tune: about 2 CPU-s, from the
-    site's shared file system), unless the head is asked for Ray's dashboard (a forked start
-    has none)."""
-    if "--include-dashboard=true" in args:
+    site's shared file system), unless the job asks for Ray's dashboard (a forked start has
+    none: then every node starts its workers as Ray does)."""
+    if json.loads((job_dir / CONFIG_FILE).read_text()).get("dashboard", False):
         return args
     ray, start, *options = args  # ray_start_args: the `ray` script, "start", its options
     return [sys.executable, "-m", "hpo.driver.node_start", private_dir,
@@ -147,32 +147,38 @@ def stop_processes(pids: list[int], grace: float = STOP_GRACE_S,
             time.sleep(0.05)
 
 
-# Ray's processes that its others report to as they stop (`ray stop` ends them by these
-# names: the raylet first, the GCS last), and its agents (their titles), whose SIGTERM
-# handler ends them at once (os._exit) unless a report of their raylet's end to the GCS
-# holds it off, which at a job's end never returned (the head's GCS stopping too): they
-# get SIGKILL, the same end.
-STOPPED_LAST = ("raylet", "gcs_server")
+# Ray's agents (their titles): their SIGTERM handler ends them at once (os._exit), unless
+# a report of their raylet's end to the GCS holds it off, which at a job's end never
+# returned (the head's GCS stopping too): they get SIGKILL, the same end.
 AGENTS = (b"ray::DashboardAgent", b"ray::RuntimeEnvAgent")
 
 
-def stop_tree(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> None:
-    """SIGKILL to Ray's agents, SIGTERM to the other processes `ray start --block` started
-    but the raylet and the GCS, then SIGKILL to `ray start` and SIGTERM to those two (as
-    `ray stop` does, but only ours); SIGKILL to what is left after each grace period.
-    `ray start` asked with SIGTERM would drain its node through the head's GCS for up to
-    30 s, stopping too at a job's end. Each node's stop took the whole grace period (5 s)
-    before. A node that leaves a running study is drained first (_drain)."""
+def stop_tree(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S,
+              leaving: bool = False) -> None:
+    """Stop `ray start --block` and every process it started (as `ray stop` does, but only
+    ours): SIGKILL to Ray's agents, SIGTERM to the rest but the raylet and the GCS, then
+    SIGKILL to `ray start`, which asked with SIGTERM would drain its node through the head's
+    GCS for up to 30 s (its raylet and GCS end with it: Ray's fate sharing); SIGKILL to what
+    is left after each grace period. Each node's stop at a job's end took the whole grace
+    period (5 s) before. A node `leaving` a running study (drained first: _drain) ends its
+    raylet with SIGTERM first, which reports the node's end to the head's GCS, still up, as
+    Ray does (a drained node's as preempted: its trials' actors count no failure); at a
+    job's end that report could wait for a head that has stopped."""
     below = descendants(proc.pid)
+    last = [pid for pid in below if _executable(pid) in ("raylet", "gcs_server")]
+    if leaving:
+        stop_processes([pid for pid in last if _executable(pid) == "raylet"], grace)
     agents = [pid for pid in below if _command(pid).startswith(AGENTS)]
-    last = [pid for pid in below
-            if os.path.basename(_command(pid).split(b"\0")[0]).decode(errors="replace")
-            in STOPPED_LAST]
     stop_processes(agents, grace, first=signal.SIGKILL)
-    stop_processes([pid for pid in below if pid not in agents + last], grace)
+    stop_processes([pid for pid in below if pid not in last + agents], grace)
     proc.kill()
     proc.wait()
-    stop_processes(last, grace)
+    stop_processes(last, grace)  # ended with `ray start` already, where fate sharing works
+
+
+def _executable(pid: int) -> str:
+    """The name of a process's executable, as its command line gives it ("" once gone)."""
+    return os.path.basename(_command(pid).split(b"\0")[0]).decode(errors="replace")
 
 
 def _command(pid: int) -> bytes:
@@ -187,7 +193,8 @@ def main(role: str, job_dir: Path) -> int:
     env = dict(os.environ)
     args = start_args(role, job_dir, env)
     private_dir = node_dir(lookup(env, "job_id") or "0")
-    print("+", " ".join(args), flush=True)
+    command = forked(args, private_dir, job_dir)
+    print("+", " ".join(command), flush=True)
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(job_dir / TOKEN_FILE),
                RAY_USAGE_STATS_ENABLED="0")
     # Ray hands each worker its GPUs from this list; MIOpen's caches stay with this job.
@@ -201,7 +208,7 @@ def main(role: str, job_dir: Path) -> int:
         signal.signal(signum, lambda sig, _frame: stopping.append(sig))
     job_id = lookup(env, "job_id") or "0"
     try:
-        started = _RayProcess(role, forked(args, private_dir, job_dir), env, job_dir)
+        started = _RayProcess(role, command, env, job_dir)
         # The batch script asks for the stop with a file on the shared file system: a
         # signal through srun would reach every process of the step (raylet included).
         while started.running(lambda: not stopping and not _asked_to_stop(role, job_dir,
@@ -209,10 +216,10 @@ def main(role: str, job_dir: Path) -> int:
             time.sleep(0.2)
         ray = started.proc
         if ray.poll() is None:
-            if role == "join" and (stopping or leave_file(job_dir, job_id).exists()):
-                # this job leaves a running study (not when the head's job is gone)
+            leaving = role == "join" and (stopping or leave_file(job_dir, job_id).exists())
+            if leaving:  # this job leaves a running study (not when the head's job is gone)
                 _drain(job_dir, args, reason=f"Slurm job {job_id} leaves the study")
-            stop_tree(ray)
+            stop_tree(ray, leaving=leaving)
             return 0
         return ray.returncode
     finally:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hpo.driver import fork_server, ray_start_private, runtime_env_private, worker_stub
+from hpo.driver import fork_server, ray_start_private, worker_stub
 
 PRELOAD_LOOK_S = 0.2  # a stat of a file on the shared file system, per node
 
@@ -38,14 +38,13 @@ def ray_start(ray_args: list[str], config: dict[str, Any], stubs_env: dict[str, 
               on_raylet: Callable[[int], None], look_fast: bool = True) -> None:
     """`ray start` with ray_args (those after `start`) in this process, inside lean_head
     (look_fast: its); `config` the head's system config (a worker node takes its head's).
-    With stubs_env (what the stubs are told: fork_server.stubs_env), the raylet's worker
-    command is the stub, and the raylet's environment has stubs_env and Tune's variables for
-    its workers."""
+    With stubs_env (what the stubs are told: fork_server.stubs_env, with Tune's variables
+    where the node's workers inherit them: hpo.driver.runtime_env_private), the raylet's
+    worker command is the stub, and its environment has stubs_env for its workers."""
     from ray.scripts.scripts import cli
 
     if stubs_env is not None:  # every worker inherits them from the raylet
         os.environ.update(stubs_env)
-        os.environ.update(runtime_env_private.TUNE_DEFAULT_ENV)
     extra = [f"--system-config={json.dumps(config)}"] if config and "--head" in ray_args else []
     with ray_start_private.lean_head(worker_stub.__file__ if stubs_env is not None else None,
                                      on_raylet=on_raylet, look_fast=look_fast):
@@ -70,6 +69,8 @@ def main(private_dir: Path, preload_file: Path, ray_args: list[str]) -> None:
             threading.Thread(target=_preload_when_told, args=(serving, preload_file),
                              name="hpo-preload", daemon=True).start()
 
+        # Not Tune's variables: the driver cannot tell that this node's workers have them,
+        # so its trial actors carry them in their runtime env (as on any connected Ray).
         ray_start(ray_args, fork_server.NO_PRESTART, forks.env, started, look_fast=False)
 
 
@@ -77,12 +78,14 @@ def _preload_when_told(forks: fork_server.ForkServer, preload_file: Path) -> Non
     """Once the study's driver has written preload_file, have the server import what it
     names, for the forks it makes after (looked for every PRELOAD_LOOK_S, as long as the node
     runs: this thread ends with it)."""
-    while not preload_file.exists():
-        time.sleep(PRELOAD_LOOK_S)
-    try:
-        modules = json.loads(preload_file.read_text())["modules"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return  # the workers import what they need themselves
+    while True:
+        try:
+            modules = json.loads(preload_file.read_text())["modules"]
+            break
+        except FileNotFoundError:  # not yet (a shared file system's other errors: none)
+            time.sleep(PRELOAD_LOOK_S)
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # the workers import what they need themselves
     forks.preload([str(name) for name in modules])
 
 

@@ -111,7 +111,11 @@ def preload_for(trainable: Any) -> None:
     elif _nodes_preload is not None:
         from hpo.cluster.node import write_json
 
-        write_json(_nodes_preload, {"modules": fork_server.imported_with(trainable)})
+        try:
+            write_json(_nodes_preload, {"modules": fork_server.imported_with(trainable)})
+        except OSError as error:  # only a speed-up: the workers import what they need
+            logging.getLogger("hpo.cluster").warning(
+                "the nodes' fork servers were not told what to import (%s)", error)
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -36,8 +36,6 @@ from hpo.spec.model import PYTHON_TRAINABLE, Spec
 from hpo.spec.plan import trial_count
 from hpo.trial.one_process import objects_in_store
 
-if TYPE_CHECKING:
-    pass
 
 def _as_spec(spec: Spec | dict[str, Any] | str | Path, source: str,
              trainable: Any = None) -> tuple[Spec, str]:

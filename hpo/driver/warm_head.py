@@ -16,15 +16,17 @@ from __future__ import annotations
 import sys
 
 from hpo.cluster.warm import PID_LINE
-from hpo.driver import fork_server, node_start, ray_start_private
+from hpo.driver import fork_server, node_start, ray_start_private, runtime_env_private
 
 
 def main(socket_path: str, ray_args: list[str]) -> None:
     forks = fork_server.available()
     config = {**ray_start_private.NODE_CONFIG, **(fork_server.system_config() if forks else {})}
     raylets: list[int] = []
-    node_start.ray_start(ray_args, config, fork_server.stubs_env(socket_path) if forks else None,
-                         raylets.append)
+    # Tune's variables too: a run on this Ray declares its trial actors without them
+    # (hpo.driver.runtime_env_private reads them in the raylet's environment).
+    stubs_env = {**fork_server.stubs_env(socket_path), **runtime_env_private.TUNE_DEFAULT_ENV}
+    node_start.ray_start(ray_args, config, stubs_env if forks else None, raylets.append)
     if forks:
         print(f"{PID_LINE}{raylets[0]}", flush=True)
 

@@ -53,25 +53,28 @@ def load(folder: str | Path) -> Any:
     the dict (loaded with torch or pickle, as it was saved; tensors saved on a GPU land on
     this process's GPU, or the CPU without one), or, for a directory checkpoint, that
     directory's path (a Ray Tune class trainable's or plain Tune code's: the folder's own)."""
-    from hpo.trial import dist
-
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise ExperimentError(f"{folder}: no such checkpoint folder. Hint: pass "
                               "hpo.load(DIR).best_checkpoint, or a trial's checkpoint_* folder")
     if not holds_state(folder):
         return as_path(folder)
-    return load_state(folder, str(dist.device()))
+    return load_state(folder)
 
 
-def load_state(folder: Path, device: str) -> Any:
-    """The dict of state in `folder`, its tensors saved on a GPU onto `device`."""
+def load_state(folder: Path, device: str | None = None) -> Any:
+    """The dict of state in `folder`, its tensors saved on a GPU onto `device` (by default
+    this rank's, hpo.trial.dist.device: asked only for a torch checkpoint, since asking
+    imports torch, and a trial that has torch loaded saves its next checkpoints with it)."""
     if (folder / STATE_PT).exists():
         import torch
 
+        from hpo.trial import dist
+
         # Saved GPU tensors name the saving rank's device (cuda:3); without a map they would
         # all land on cuda:0 of a Horovod node, or fail where no GPU is: onto this rank's own.
-        return torch.load(folder / STATE_PT, map_location=_onto(device), weights_only=False)
+        onto = _onto(device if device is not None else str(dist.device()))
+        return torch.load(folder / STATE_PT, map_location=onto, weights_only=False)
     with open(folder / STATE_PKL, "rb") as file:
         return pickle.load(file)
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from hpo.trial import checkpoint_files, cost, dist, ray_private
+from hpo.trial import checkpoint_files, cost, ray_private
 
 Trainable = Callable[[dict[str, Any]], Any]  # what `trainable:` names: f(config)
 
@@ -182,7 +182,7 @@ def get_checkpoint() -> Any:
     if not checkpoint_files.holds_state(local):
         return checkpoint_files.as_path(local)
     try:
-        return checkpoint_files.load_state(local, str(dist.device()))
+        return checkpoint_files.load_state(local)
     finally:
         remove_scratch(local)
 

@@ -164,21 +164,17 @@ def stop_tree(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S,
     raylet with SIGTERM first, which reports the node's end to the head's GCS, still up, as
     Ray does (a drained node's as preempted: its trials' actors count no failure); at a
     job's end that report could wait for a head that has stopped."""
-    below = descendants(proc.pid)
-    last = [pid for pid in below if _executable(pid) in ("raylet", "gcs_server")]
+    commands = {pid: _command(pid) for pid in descendants(proc.pid)}
+    names = {pid: os.path.basename(command.split(b"\0")[0]) for pid, command in commands.items()}
+    last = [pid for pid, name in names.items() if name in (b"raylet", b"gcs_server")]
     if leaving:
-        stop_processes([pid for pid in last if _executable(pid) == "raylet"], grace)
-    agents = [pid for pid in below if _command(pid).startswith(AGENTS)]
+        stop_processes([pid for pid in last if names[pid] == b"raylet"], grace)
+    agents = [pid for pid, command in commands.items() if command.startswith(AGENTS)]
     stop_processes(agents, grace, first=signal.SIGKILL)
-    stop_processes([pid for pid in below if pid not in last + agents], grace)
+    stop_processes([pid for pid in commands if pid not in last + agents], grace)
     proc.kill()
     proc.wait()
     stop_processes(last, grace)  # ended with `ray start` already, where fate sharing works
-
-
-def _executable(pid: int) -> str:
-    """The name of a process's executable, as its command line gives it ("" once gone)."""
-    return os.path.basename(_command(pid).split(b"\0")[0]).decode(errors="replace")
 
 
 def _command(pid: int) -> bytes:

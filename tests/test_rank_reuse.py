@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,10 @@ def _train(config: dict[str, Any]) -> None:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+        if config.get("abort_rank") == dist.rank():  # as NCCL's watchdog ends a cut-off rank
+            time.sleep(config.get("abort_after_s", 0.0))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file left
+            os.abort()
         if config.get("late_fail_rank") == dist.rank():  # as a peer cut off by the failure
             time.sleep(1.5)
             raise ConnectionError("probe: Connection closed by peer")
@@ -187,6 +192,35 @@ def test_the_rank_that_failed_first_is_blamed_not_the_peer_it_cut_off(
     (tmp_path / "out").mkdir()
     with pytest.raises(RankFailure, match="rank 1 failed: SlowToSend: probe: this rank fails"):
         _trial_here(tmp_path, fail_rank=1, slow=True, late_fail_rank=0)
+
+
+def test_a_rank_aborted_after_its_peer_failed_is_not_blamed_for_the_peers_error(
+        tmp_path: Path, local_ray: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL's watchdog aborts a rank whose peer left the group after an error of its own (a
+    CUDA out-of-memory, say): the aborted rank's death may reach the trial first, and once
+    was blamed ("died") ahead of the error that began it. Here rank 0 aborts at once while
+    rank 1 raises: the trial names rank 1 and its own error."""
+    from hpo.trial.ranks import trial
+    from hpo.trial.ranks.trial import RankFailure
+
+    monkeypatch.setattr(trial, "PEER_GRACE_S", 60.0)  # both ends reach the trial, loaded
+    (tmp_path / "out").mkdir()
+    with pytest.raises(RankFailure, match="rank 1 failed: RuntimeError: probe: this rank fails"):
+        _trial_here(tmp_path, fail_rank=1, abort_rank=0)
+
+
+def test_a_rank_that_died_first_is_blamed_not_the_peer_it_cut_off(
+        tmp_path: Path, local_ray: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank's process dies with nothing noted (killed, a segfault); its peer's collective
+    then fails on the lost connection and reaches the trial as an error: the dead rank is
+    blamed."""
+    from hpo.trial.ranks import trial
+    from hpo.trial.ranks.trial import RankFailure
+
+    monkeypatch.setattr(trial, "PEER_GRACE_S", 60.0)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(RankFailure, match=r"rank 1 failed: \w*Actor\w*Error"):
+        _trial_here(tmp_path, abort_rank=1, late_fail_rank=0)
 
 
 def test_rank_count_comes_from_the_trial_resources(tmp_path: Path) -> None:

@@ -91,8 +91,9 @@ class ReportChannel:
         self._failed.append(rank)
         return self._stopped
 
-    async def first_failed(self) -> int | None:
-        return self._failed[0] if self._failed else None
+    async def failed_ranks(self) -> list[int]:
+        """The ranks noted by `failed`, in the order they were."""
+        return list(self._failed)
 
     async def reset(self) -> None:
         """Open for a new trial; a take still waiting from the last one gets None."""

@@ -4,6 +4,7 @@ process left them, see hpo.trial.ranks.pool), relay rank 0's reports."""
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -125,24 +126,44 @@ def _relay(channel: Any, ranks: list[ray.ObjectRef], timeout_s: float,
 
 def _first_failure(ranks: list[ray.ObjectRef], failed: dict[int, Exception], channel: Any
                    ) -> tuple[int, Exception]:
-    """The rank whose own error began the trial's failure. One rank's error fails its peers'
-    next collective ("Connection closed by peer"), and either may reach the relay first, so
-    the peers get PEER_GRACE_S to end too. A rank whose process died is blamed first (it
-    noted nothing), then the first rank the channel noted (each notes its error before it
-    leaves the group), then the first to reach the relay."""
+    """The rank whose own error began the trial's failure. One rank's error fails its peers:
+    their next collective raises a lost connection, or their process dies (NCCL's watchdog
+    aborts a rank whose peer left the group, TORCH_NCCL_ASYNC_ERROR_HANDLING), and any of
+    them may reach the relay first, so the peers get PEER_GRACE_S to end too. Blamed first:
+    the first rank the channel noted with an error of its own (each notes its error before
+    it leaves the group); then a rank whose process died (it noted nothing, and cut its
+    peers off); then the first noted; then the first to reach the relay."""
     done, _ = ray.wait(ranks, num_returns=len(ranks), timeout=PEER_GRACE_S)
     for ref in done:
         try:
             ray.get(ref)
         except Exception as exc:
             failed.setdefault(ranks.index(ref), exc)
-    died = [rank for rank, exc in failed.items() if not isinstance(exc, RayTaskError)]
     try:
-        noted = ray.get(channel.first_failed.remote())
+        noted = [rank for rank in ray.get(channel.failed_ranks.remote()) if rank in failed]
     except RayError:  # the channel's process is gone too
-        noted = None
-    rank = min(died) if died else noted if noted in failed else next(iter(failed))
+        noted = []
+    own = [rank for rank in noted
+           if isinstance(failed[rank], RayTaskError) and not lost_peer(failed[rank])]
+    died = sorted(rank for rank, exc in failed.items() if not isinstance(exc, RayTaskError))
+    rank = (own or died or noted or list(failed))[0]
     return rank, failed[rank]
+
+
+# What a rank raises when a peer left or died, by the exception's class (or a base's) name:
+# Python's, torch.distributed's (NCCL's errors, the store's), Horovod's; and by its message.
+_LOST_PEER_TYPES = frozenset({"ConnectionError", "DistBackendError", "DistNetworkError",
+                              "DistStoreError", "HorovodInternalError"})
+_LOST_PEER_TEXT = re.compile(r"connection (closed|reset)|broken pipe|remote process exit|"
+                             r"communicator was aborted|ncclRemoteError|timed out", re.I)
+
+
+def lost_peer(exc: BaseException) -> bool:
+    """Whether a rank's error says only that a peer of its group left or died (Gloo's
+    "Connection closed by peer", NCCL's remote error or abort, Horovod's shut-down)."""
+    cause = getattr(exc, "cause", None) or exc
+    names = {cls.__name__ for cls in type(cause).__mro__}
+    return bool(names & _LOST_PEER_TYPES) or bool(_LOST_PEER_TEXT.search(str(cause)))
 
 
 def _report(metrics: dict[str, Any], files: Files | None) -> None:

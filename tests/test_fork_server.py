@@ -440,6 +440,25 @@ def test_only_the_torch_that_comes_with_the_trainable_is_preloaded() -> None:
     assert imported_with(Probe) == []  # this module holds no torch
 
 
+def test_a_servers_output_goes_to_the_descriptor_it_is_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Slurm node's server writes to the node's own log (hpo.driver.node_start): a failed
+    preload is read there, not in the node's private folder, which goes when the node stops."""
+    from hpo.driver import fork_server
+
+    monkeypatch.setattr(fork_server, "HEAVY", ("hpo_no_such_module",))
+    log = tmp_path / "node.log"
+    with open(log, "ab") as out, fork_server.serving(tmp_path, output=out.fileno()) as server:
+        assert server is not None
+        server.start(os.getpid())  # this process as the raylet: its environment for workers
+        server.preload(["hpo_no_such_module"])
+        deadline = time.monotonic() + 120
+        while "No module named 'hpo_no_such_module'" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+    assert not (tmp_path / fork_server.LOG_NAME).exists()
+
+
 def test_hpo_fork_workers_0_has_ray_start_every_worker(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HPO_FORK_WORKERS", "0")

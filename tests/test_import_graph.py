@@ -8,11 +8,14 @@ Floors, top to bottom (a module may import its own floor's other rooms, or any f
     spec, install (the installers: they import nothing else of hpo)
     errors
 Every `import hpo...` counts, also those inside functions (lazy imports are still edges).
+A module another starts as a process by its name (`python -m hpo.x`) is no import, but it is
+checked too: the name must run, and a launch up a floor is one of those known here.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,11 @@ FLOORS = {
     "spec": 1, "install": 1,
     "errors": 0,
 }
+# Processes a module starts by another's name, up a floor: the batch scripts' and join jobs'
+# `hpo` commands, and a node's `ray start` with forked workers (a Slurm node's, a warm Ray's).
+LAUNCHED_UP = {("hpo.cluster.sbatch", "hpo"), ("hpo.cluster.join", "hpo"),
+               ("hpo.cluster.node", "hpo.driver.node_start"),
+               ("hpo.cluster.warm", "hpo.driver.warm_head")}
 
 
 def _module_name(path: Path) -> str:
@@ -48,6 +56,18 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
                 sub = f"{node.module}.{alias.name}"
                 found.add(sub if sub in modules else node.module)
     return found & set(modules)
+
+
+def _launches(path: Path) -> set[str]:
+    """The hpo modules this file starts by name: a string after "-m" in a list or tuple."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            texts = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+            found.update(name for flag, name in itertools.pairwise(texts)
+                         if flag == "-m" and isinstance(name, str)
+                         and name.split(".")[0] == "hpo")
+    return found
 
 
 def _room(module: str) -> str:
@@ -93,6 +113,17 @@ def test_moved_modules_keep_their_old_names() -> None:
 def _upward(graph: dict[str, set[str]]) -> list[str]:
     return [f"{a} -> {b}" for a, targets in graph.items() for b in targets
             if FLOORS[_room(b)] > FLOORS[_room(a)]]
+
+
+def test_what_is_launched_by_name_runs_and_goes_up_only_where_known() -> None:
+    modules = _modules()
+    launched = {(name, target) for name, path in modules.items() for target in _launches(path)}
+    assert ("hpo.cluster.node", "hpo.driver.node_start") in launched  # the reading works
+    runnable = {name for name in modules if modules[name].name != "__init__.py"} | {
+        name for name in modules if f"{name}.__main__" in modules}
+    assert {target for _, target in launched} - runnable == set()
+    up = {(a, b) for a, b in launched if FLOORS[_room(b)] > FLOORS[_room(a)]}
+    assert up == LAUNCHED_UP
 
 
 def test_no_import_goes_up_a_floor() -> None:

@@ -34,6 +34,7 @@ from hpo.driver.ray_private import unknown_config_keys
 RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
 SETUP_WORKER = "setup_worker.py"  # ray._private.ray_constants.SETUP_WORKER_FILENAME
 SOCKET_NAME = "fork.sock"  # in the run's (or node's) private folder
+LOG_NAME = "fork_server.log"  # the server's own output (its forks' goes to their stubs')
 
 # Workers that start at once, for each core (the raylet's, and Tune's trial actors: hpo's
 # start cap). A forked worker's start is mostly round trips (raylet, fork server, GCS) and
@@ -96,7 +97,8 @@ class ForkServer:
     that every worker of the node queues for it; the server itself starts once the node and
     the job are known (`start`)."""
 
-    def __init__(self, run_dir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, run_dir: Path, env: dict[str, str] | None = None,
+                 output: int | None = None) -> None:
         self._path = run_dir / SOCKET_NAME
         self._link: Path | None = None
         read_end, write_end = os.pipe()
@@ -104,7 +106,9 @@ class ForkServer:
         # and start their workers as Ray would.
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener, \
-                    open(run_dir / "fork_server.log", "ab") as log:
+                    contextlib.ExitStack() as files:
+                log = output if output is not None else files.enter_context(
+                    open(run_dir / LOG_NAME, "ab")).fileno()
                 listener.bind(str(self._path))
                 listener.listen(512)
                 fds = [listener.fileno(), read_end]
@@ -197,14 +201,16 @@ def environ_of(pid: int) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def serving(run_dir: Path, env: dict[str, str] | None = None) -> Iterator[ForkServer | None]:
+def serving(run_dir: Path, env: dict[str, str] | None = None,
+            output: int | None = None) -> Iterator[ForkServer | None]:
     """A fork server for the node this process is about to start (None where forks are not
-    available), started in `env` (by default this process's); stopped after."""
+    available), started in `env` (by default this process's), its own output written to the
+    file descriptor `output` (by default appended to LOG_NAME in run_dir); stopped after."""
     if not available():
         yield None
         return
     try:
-        server = ForkServer(run_dir, env)
+        server = ForkServer(run_dir, env, output)
     except OSError as error:  # seen once on CI: Popen's exec failed with EFAULT
         logging.getLogger(__name__).warning(
             "workers start as Ray starts them: the fork server did not start (%s)", error)

@@ -7,15 +7,15 @@ site's shared file system (about 2 CPU-s each here, and every worker of a node a
 
     python -m hpo.driver.node_start PRIVATE_DIR PRELOAD_FILE [ray start's arguments]
 
-A Slurm node's fork server (its socket in PRIVATE_DIR, the job's private folder on the node)
-is started here, in the node's own srun step, so its forks have the step's CPUs, memory and
-devices, as the raylet's own workers would. It serves the node's first job: the study's
-driver, the first to connect to the job's Ray (the batch script waits for the nodes through
-the GCS, which makes no job). Ray starts any other job's workers itself, as it does where
-forks are not available. Once the driver has imported the trainable, it writes PRELOAD_FILE
-(in the job's folder, on the shared file system) with the heavy libraries a worker imports
-with it (torch: hpo.driver.fork_server.imported_with), which the server then imports once
-for the forks it makes after, instead of each worker.
+A Slurm node's fork server (its socket in PRIVATE_DIR, the job's private folder on the node;
+its output in the node's log) is started here, in the node's own srun step, so its forks
+have the step's CPUs, memory and devices, as the raylet's own workers would. It serves the
+node's first job: the study's driver, the first to connect to the job's Ray (the batch
+script waits for the nodes through the GCS, which makes no job). Ray starts any other job's
+workers itself, as it does where forks are not available. Once the driver has imported the
+trainable, it writes PRELOAD_FILE (in the job's folder, on the shared file system) with the
+heavy libraries a worker imports with it (torch: hpo.driver.fork_server.imported_with),
+which the server then imports once for the forks it makes after, instead of each worker.
 """
 
 from __future__ import annotations
@@ -56,7 +56,10 @@ def main(private_dir: Path, preload_file: Path, ray_args: list[str]) -> None:
     available; Ray's own command as it is otherwise."""
     # A start tried again (hpo.cluster.node) finds the socket of the one it killed.
     (private_dir / fork_server.SOCKET_NAME).unlink(missing_ok=True)
-    with fork_server.serving(private_dir) as forks:
+    # The server's own output (a failed preload, "not forking") goes where this node's does,
+    # the experiment's Slurm log of the node: PRIVATE_DIR is removed when the node stops.
+    sys.stdout.flush()
+    with fork_server.serving(private_dir, output=sys.stdout.fileno()) as forks:
         if forks is None:
             from ray.scripts.scripts import cli
 

@@ -111,7 +111,17 @@ def _wait_job(slurm: SlurmTestCluster, job_id: str, timeout: float = 240) -> dic
             return job
         time.sleep(0.5)
     pytest.fail(f"job {job_id} not done after {timeout:.0f} s: {_job(slurm, job_id)}\n"
-                f"{_output(job_id)}")
+                f"{_output(job_id)}{_run_logs(slurm, job_id)}")
+
+
+def _run_logs(slurm: SlurmTestCluster, job_id: str, lines: int = 60) -> str:
+    """The ends of a stalled job's hpo.log and its nodes' logs, for the failure's report."""
+    logs = sorted(slurm.root.glob(f"work/results/*/slurm-{job_id}/*.log"))
+    logs += [folder.parent / "hpo.log" for folder in
+             slurm.root.glob(f"work/results/*/slurm-{job_id}")]
+    return "".join(f"\n--- {log} (last {lines} lines)\n"
+                   + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+                   for log in logs if log.is_file())
 
 
 def _output(job_id: str) -> str:

@@ -4,12 +4,13 @@ benchmark of its own.
 
 Every process's CPU (utime + stime from /proc) is read every --every-s seconds while the run
 runs, each process named by its class once (driver, fork server, forks, stubs, raylet, GCS,
-Ray's agents, other). The windows come from the trials' own clocks: "start" is the launch to
-the first trial's first step, "ramp" from there to the first step of the workers-th trial,
-"after" the rest. Every process counts ("other": the machine's own, kernel threads
-included; a warm Ray's, started before the run, by their class). A process gone before a
-window's end has its CPU counted up to its last reading; the reading itself costs CPU (all
-of /proc each time), so the walls here run longer than overhead_peers.py's.
+Ray's agents, a warm Ray's `ray start`, other). The windows come from the trials' own
+clocks: "start" is the launch to the first trial's first step, "ramp" from there to the
+first step of the workers-th trial, "after" the rest. Every process counts ("other": the
+machine's own, kernel threads included; a warm Ray's, started before the run, by their
+class). A process gone before a window's end has its CPU counted up to its last reading; the
+reading itself costs CPU (all of /proc each time), so the walls here run longer than
+overhead_peers.py's.
 
     python benchmarks/cpu_by_process.py --workload util32
     python benchmarks/cpu_by_process.py --workload scale64 --tool hpo-warm
@@ -49,9 +50,10 @@ def process_class(pid: int, parent_class: str | None) -> str | None:
                ("gcs_server" in name, "GCS"), (name == "raylet", "raylet"),
                ("worker_stub" in command, "stubs"),
                ("fork_server_process" in command, "fork server"),
+               ("agent" in command.lower() or "dashboard" in command, "Ray's agents"),
                ("ray::" in command or "default_worker" in command, "workers (Ray's own)"),
                (" -m hpo run" in command or "peer_runs.py" in command, "driver"),
-               ("agent" in command or "dashboard" in command, "Ray's agents")]
+               ("warm_head" in command or "node_start" in command, "ray start")]
     return next((label for hit, label in classes if hit), "other")
 
 

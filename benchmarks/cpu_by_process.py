@@ -4,7 +4,7 @@ benchmark of its own.
 
 Every process's CPU (utime + stime from /proc) is read every --every-s seconds while the run
 runs, each process named by its class once (driver, fork server, forks, stubs, raylet, GCS,
-Ray's agents, a warm Ray's `ray start`, other). The windows come from the trials' own
+Ray's agents, a warm Ray's `ray start`, this sampler, other). The windows come from the trials' own
 clocks: "start" is the launch to the first trial's first step, "ramp" from there to the
 first step of the workers-th trial, "after" the rest. Every process counts ("other": the
 machine's own, kernel threads included; a warm Ray's, started before the run, by their
@@ -76,7 +76,7 @@ def read_all(classes: dict[int, str | None]) -> dict[int, float]:
 def sampled(cmd: list[str], env: dict[str, str], every_s: float
             ) -> tuple[float, float, list[Reading], dict[int, str | None]]:
     """Run cmd, reading every process's CPU meanwhile: its start, end, readings, classes."""
-    classes: dict[int, str | None] = {}
+    classes: dict[int, str | None] = {os.getpid(): "this sampler"}
     start = time.time()
     readings: list[Reading] = [(start, read_all(classes))]  # what each had before
     with subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,

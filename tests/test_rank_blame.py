@@ -1,19 +1,29 @@
 """Which errors of a data-parallel trial's ranks say only that a peer left or died
-(hpo.trial.ranks.trial.lost_peer): those are never blamed ahead of a rank's own error."""
+(hpo.trial.ranks.blame.lost_peer): those are never blamed ahead of a rank's own error."""
 
 from __future__ import annotations
 
 import pytest
 
-from hpo.trial.ranks.trial import lost_peer
+from hpo.trial.ranks.blame import described, lost_peer
 
 
 class DistBackendError(RuntimeError):
-    """Named as torch.distributed's, which NCCL's errors are raised as."""
+    """As torch.distributed's, which NCCL's errors are raised as."""
+
+    __module__ = "torch.distributed"
+
+
+class DistNetworkError(RuntimeError):
+    __module__ = "torch.distributed"
 
 
 class HorovodInternalError(RuntimeError):
-    """Named as Horovod's."""
+    __module__ = "horovod.common.exceptions"
+
+
+class ConnectionError(OSError):  # noqa: A001  (named as requests' is, in a library of its own)
+    __module__ = "requests.exceptions"
 
 
 class Caused(RuntimeError):
@@ -32,9 +42,12 @@ class Caused(RuntimeError):
     BrokenPipeError(32, "Broken pipe"),
     DistBackendError("NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited or there "
                      "was a network error, NCCL version 2.21.5"),
-    RuntimeError("NCCL communicator was aborted on rank 1."),
+    DistBackendError("NCCL communicator was aborted on rank 1."),
+    DistNetworkError("Connection reset by peer"),
     HorovodInternalError("Horovod has been shut down."),
-    RuntimeError("[gloo] Timed out waiting 1800000ms for recv operation to complete"),
+    RuntimeError("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out "
+                 "waiting 1800000ms for recv operation to complete"),
+    RuntimeError("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9)"),
     Caused(RuntimeError("Connection closed by peer")),
 ])
 def test_a_peers_loss_is_recognised(error: BaseException) -> None:
@@ -43,9 +56,23 @@ def test_a_peers_loss_is_recognised(error: BaseException) -> None:
 
 @pytest.mark.parametrize("error", [
     RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    DistBackendError("NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details), "
+                     "Last error: Cuda failure 'out of memory'"),
+    DistBackendError("NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)"),
     ValueError("probe: this rank fails"),
     KeyError("loss"),
+    TimeoutError("timed out"),  # socket.timeout
+    RuntimeError("DataLoader timed out after 30 seconds"),
+    ConnectionRefusedError(111, "Connection refused"),  # a tracking server down, say
+    ConnectionError("('Connection aborted.', ConnectionResetError(104, 'Connection reset by "
+                    "peer'))"),
     Caused(ZeroDivisionError("division by zero")),
 ])
 def test_a_ranks_own_error_is_not_a_peers_loss(error: BaseException) -> None:
     assert not lost_peer(error)
+
+
+def test_an_error_is_described_by_its_cause_in_one_line() -> None:
+    assert described(Caused(ValueError("first\nprobe: this rank fails\n"))) == (
+        "ValueError: probe: this rank fails")
+    assert described(KeyError()) == "KeyError: "

@@ -67,7 +67,6 @@ def _train(config: dict[str, Any]) -> None:
             loss.backward()
             optimizer.step()
         if config.get("abort_rank") == dist.rank():  # as NCCL's watchdog ends a cut-off rank
-            time.sleep(config.get("abort_after_s", 0.0))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file left
             os.abort()
         if config.get("late_fail_rank") == dist.rank():  # as a peer cut off by the failure
@@ -221,6 +220,20 @@ def test_a_rank_that_died_first_is_blamed_not_the_peer_it_cut_off(
     (tmp_path / "out").mkdir()
     with pytest.raises(RankFailure, match=r"rank 1 failed: \w*Actor\w*Error"):
         _trial_here(tmp_path, abort_rank=1, late_fail_rank=0)
+
+
+def test_a_rank_noted_with_its_own_error_is_blamed_before_its_error_arrives(
+        tmp_path: Path, local_ray: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank notes its error as it fails (its own, or a peer's loss): the trial blames it
+    even where its error reaches the trial after the peers' grace (a slow send here; a slow
+    leave of the group on a site), and not the cut-off peer whose error came first."""
+    from hpo.trial.ranks import trial
+    from hpo.trial.ranks.trial import RankFailure
+
+    monkeypatch.setattr(trial, "PEER_GRACE_S", 0.5)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(RankFailure, match="rank 1 failed: SlowToSend: probe: this rank fails"):
+        _trial_here(tmp_path, fail_rank=1, slow=True, late_fail_rank=0)
 
 
 def test_rank_count_comes_from_the_trial_resources(tmp_path: Path) -> None:

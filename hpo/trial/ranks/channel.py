@@ -40,7 +40,9 @@ class ReportChannel:
         self._stopped = False
         self._acked = 0  # reports of this trial handed to Tune
         self._decided = asyncio.Condition()
-        self._failed: list[int] = []  # ranks whose trainable raised, in the order they did
+        # (rank, whether its error is its own, the error in one line) of each rank whose
+        # trainable raised, in the order they did (hpo.trial.ranks.blame)
+        self._failed: list[tuple[int, bool, str]] = []
 
     async def put(self, report: Report) -> bool:
         """Called by rank 0; returns once the trial has handed the report to Tune: True to go
@@ -84,15 +86,16 @@ class ReportChannel:
             if item is not None:
                 item[1].set()
 
-    async def failed(self, rank: int) -> bool:
-        """A rank's trainable raised; called before the rank leaves its group, whose end fails
-        the peers' collectives, so the first rank noted is the one that began the failure.
-        Returns whether the trial was stopped (its rank 0 left: no failure then)."""
-        self._failed.append(rank)
+    async def failed(self, rank: int, own: bool, error: str) -> bool:
+        """A rank's trainable raised `error` (in one line), its own or only a peer's loss;
+        called before the rank leaves its group, whose end fails the peers' collectives, so
+        the first rank noted with an error of its own began the failure. Returns whether the
+        trial was stopped (its rank 0 left: no failure then)."""
+        self._failed.append((rank, own, error))
         return self._stopped
 
-    async def failed_ranks(self) -> list[int]:
-        """The ranks noted by `failed`, in the order they were."""
+    async def failures(self) -> list[tuple[int, bool, str]]:
+        """What `failed` noted, in the order it was."""
         return list(self._failed)
 
     async def reset(self) -> None:

@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 import ray
 
 from hpo.trial import dist, placement, session
-from hpo.trial.ranks import fresh
+from hpo.trial.ranks import blame, fresh
 from hpo.trial.ranks.channel import Files, pack_folder, unpack_folder
 
 
@@ -89,6 +89,7 @@ def _run_trainable(func: Any, config: dict[str, Any], backend: dist.Backend, cha
                    rank: int) -> bool:
     """Run the trainable once on this rank; True when Tune stopped the trial first."""
     dist.init(backend)
+    failing = False
     try:
         fresh.settle()  # the idle baseline, at this process's first trial
         if isinstance(checkpoint, ray.ObjectRef):  # nested in the arguments: not resolved
@@ -99,14 +100,19 @@ def _run_trainable(func: Any, config: dict[str, Any], backend: dist.Backend, cha
         return False
     except TrialStopped:
         return True
-    except Exception:
+    except Exception as exc:
+        failing = True
         # Noted before dist.shutdown, whose end of the group fails the peers' collectives.
         # Rank 0 leaving a stopped trial fails the others' next collective: no failure.
-        if ray.get(channel.failed.remote(rank)):
+        own, error = not blame.lost_peer(exc), blame.described(exc)
+        if ray.get(channel.failed.remote(rank, own, error)):
             return True
         raise
     finally:
-        dist.shutdown()
+        # After an error, an error in leaving the group (that the failure tore down) must
+        # not replace the rank's own
+        with contextlib.suppress(Exception) if failing else contextlib.nullcontext():
+            dist.shutdown()
 
 
 @contextlib.contextmanager

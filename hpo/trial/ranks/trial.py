@@ -4,7 +4,6 @@ process left them, see hpo.trial.ranks.pool), relay rank 0's reports."""
 from __future__ import annotations
 
 import functools
-import re
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from ray.exceptions import RayError, RayTaskError
 
 from hpo.spec.model import Distributed
 from hpo.trial import cost, ray_private
-from hpo.trial.ranks import pool
+from hpo.trial.ranks import blame, pool
 from hpo.trial.ranks.channel import Files, pack_folder, unpack_folder
 from hpo.trial.ranks.rank import RankEnd, run_rank
 from hpo.trial.session import Trainable, checkpoint_in_transit, trial_folder
@@ -119,20 +118,19 @@ def _relay(channel: Any, ranks: list[ray.ObjectRef], timeout_s: float,
         try:
             ends[ready[0]] = ray.get(ready[0])
         except Exception as exc:
-            rank, cause = _first_failure(ranks, {ranks.index(ready[0]): exc}, channel)
-            raise RankFailure(f"rank {rank} failed: {_cause(cause)}") from cause
+            rank, error, cause = _first_failure(ranks, {ranks.index(ready[0]): exc}, channel)
+            raise RankFailure(f"rank {rank} failed: {error}") from cause
     return [ends[ref] for ref in ranks]
 
 
 def _first_failure(ranks: list[ray.ObjectRef], failed: dict[int, Exception], channel: Any
-                   ) -> tuple[int, Exception]:
-    """The rank whose own error began the trial's failure. One rank's error fails its peers:
-    their next collective raises a lost connection, or their process dies (NCCL's watchdog
-    aborts a rank whose peer left the group, TORCH_NCCL_ASYNC_ERROR_HANDLING), and any of
-    them may reach the relay first, so the peers get PEER_GRACE_S to end too. Blamed first:
-    the first rank the channel noted with an error of its own (each notes its error before
-    it leaves the group); then a rank whose process died (it noted nothing, and cut its
-    peers off); then the first noted; then the first to reach the relay."""
+                   ) -> tuple[int, str, Exception | None]:
+    """The rank whose own error began the trial's failure (hpo.trial.ranks.blame), its error
+    in one line, and that error where it reached the relay. The peers get PEER_GRACE_S to end
+    too. Blamed first: the first rank the channel noted with an error of its own (each notes
+    its error before it leaves the group, even one whose error is still on its way); then a
+    rank whose process died (it noted nothing, and cut its peers off); then the first noted;
+    then the first to reach the relay."""
     done, _ = ray.wait(ranks, num_returns=len(ranks), timeout=PEER_GRACE_S)
     for ref in done:
         try:
@@ -140,30 +138,15 @@ def _first_failure(ranks: list[ray.ObjectRef], failed: dict[int, Exception], cha
         except Exception as exc:
             failed.setdefault(ranks.index(ref), exc)
     try:
-        noted = [rank for rank in ray.get(channel.failed_ranks.remote()) if rank in failed]
+        noted: list[tuple[int, bool, str]] = ray.get(channel.failures.remote())
     except RayError:  # the channel's process is gone too
         noted = []
-    own = [rank for rank in noted
-           if isinstance(failed[rank], RayTaskError) and not lost_peer(failed[rank])]
+    own = [rank for rank, is_own, _ in noted if is_own]
     died = sorted(rank for rank, exc in failed.items() if not isinstance(exc, RayTaskError))
-    rank = (own or died or noted or list(failed))[0]
-    return rank, failed[rank]
-
-
-# What a rank raises when a peer left or died, by the exception's class (or a base's) name:
-# Python's, torch.distributed's (NCCL's errors, the store's), Horovod's; and by its message.
-_LOST_PEER_TYPES = frozenset({"ConnectionError", "DistBackendError", "DistNetworkError",
-                              "DistStoreError", "HorovodInternalError"})
-_LOST_PEER_TEXT = re.compile(r"connection (closed|reset)|broken pipe|remote process exit|"
-                             r"communicator was aborted|ncclRemoteError|timed out", re.I)
-
-
-def lost_peer(exc: BaseException) -> bool:
-    """Whether a rank's error says only that a peer of its group left or died (Gloo's
-    "Connection closed by peer", NCCL's remote error or abort, Horovod's shut-down)."""
-    cause = getattr(exc, "cause", None) or exc
-    names = {cls.__name__ for cls in type(cause).__mro__}
-    return bool(names & _LOST_PEER_TYPES) or bool(_LOST_PEER_TEXT.search(str(cause)))
+    rank = (own or died or [rank for rank, _, _ in noted] or list(failed))[0]
+    said = {noted_rank: error for noted_rank, _, error in noted}.get(rank)
+    cause = failed.get(rank)
+    return rank, said if said is not None else blame.described(failed[rank]), cause
 
 
 def _report(metrics: dict[str, Any], files: Files | None) -> None:
@@ -181,9 +164,3 @@ def _report(metrics: dict[str, Any], files: Files | None) -> None:
         checkpoint = tune.Checkpoint.from_directory(unpack_folder(files, folder))
         cost.record(checkpoint, totals)
         tune.report(metrics, checkpoint=checkpoint)
-
-
-def _cause(exc: Exception) -> str:
-    cause = getattr(exc, "cause", None) or exc
-    lines = str(cause).strip().splitlines()
-    return f"{type(cause).__name__}: {lines[-1] if lines else ''}"

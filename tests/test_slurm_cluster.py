@@ -115,7 +115,8 @@ def _wait_job(slurm: SlurmTestCluster, job_id: str, timeout: float = 240) -> dic
 
 
 def _run_logs(slurm: SlurmTestCluster, job_id: str, lines: int = 60) -> str:
-    """The ends of a stalled job's hpo.log and its nodes' logs, for the failure's report."""
+    """The ends of a failed or stalled job's hpo.log and its nodes' logs, for the failure's
+    report."""
     logs = sorted(slurm.root.glob(f"work/results/*/slurm-{job_id}/*.log"))
     logs += [folder.parent / "hpo.log" for folder in
              slurm.root.glob(f"work/results/*/slurm-{job_id}")]
@@ -145,7 +146,7 @@ def _finished(slurm: SlurmTestCluster, job_id: str) -> str:
     job = _wait_job(slurm, job_id)
     out = _output(job_id)
     assert job["JobState"] in ("COMPLETED", "COMPLETING") and job["ExitCode"] == "0:0", (
-        f"{job['JobState']} {job['ExitCode']}\n{out}")
+        f"{job['JobState']} {job['ExitCode']}\n{out}{_run_logs(slurm, job_id)}")
     return out
 
 

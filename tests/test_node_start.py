@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,9 +18,20 @@ from pathlib import Path
 import pytest
 
 from hpo.cluster.node import CONFIG_FILE, START_ATTEMPTS, _RayProcess, stop_tree
+from hpo.cluster.ray_logs import RAY_LOG_MARK
+from hpo.cluster.render import node_dir, ray_temp_dir
 
 # Fails (leaving a child behind, as a failed raylet start can) until it has run `fails`
 # times, then runs like `ray start --block`.
+JOB_ID = f"test{os.getpid()}"  # this module's private node folder: /tmp/hpo-test<pid>
+
+
+@pytest.fixture(autouse=True)
+def _no_node_folder_left() -> Iterator[None]:
+    yield
+    shutil.rmtree(node_dir(JOB_ID), ignore_errors=True)
+
+
 SCRIPT = """
 import os, subprocess, sys, time
 runs = sys.argv[1] + ".runs"
@@ -72,7 +84,7 @@ def _started(folder: Path, role: str, fails: int, groups: list[_RayProcess],
              timeout: float = 120) -> _RayProcess:
     folder.mkdir(exist_ok=True)
     args = [sys.executable, "-c", SCRIPT, str(folder / "ray"), str(fails)]
-    ray = _RayProcess(role, args, dict(os.environ), _job_dir(folder, timeout))
+    ray = _RayProcess(role, args, dict(os.environ), _job_dir(folder, timeout), JOB_ID)
     groups.append(ray)
     return ray
 
@@ -82,9 +94,13 @@ def _runs(folder: Path) -> int:
 
 
 def test_a_worker_whose_start_fails_is_started_again_and_its_leftovers_killed(
-        tmp_path: Path, groups: list[_RayProcess]) -> None:
+        tmp_path: Path, groups: list[_RayProcess], capsys: pytest.CaptureFixture[str]) -> None:
+    logs = Path(ray_temp_dir(JOB_ID), "session_latest", "logs")  # the failed start's
+    logs.mkdir(parents=True)
+    (logs / "raylet.out").write_text("the raylet's last words\n")
     ray = _started(tmp_path, "worker", 1, groups)
     assert _watch(ray, 120.0, until=lambda: (tmp_path / "ray.child1").exists())
+    assert RAY_LOG_MARK + "the raylet's last words" in capsys.readouterr().out.splitlines()
     assert _watch(ray, 1.0)  # still running: the second start holds
     assert _runs(tmp_path) == 2 and ray.attempt == 2
     left = int((tmp_path / "ray.child0").read_text())

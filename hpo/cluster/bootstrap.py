@@ -34,6 +34,7 @@ from hpo.cluster.node import (
     TOKEN_FILE,
     write_json,
 )
+from hpo.cluster.ray_logs import RAY_LOG_MARK
 from hpo.cluster.render import srun_args
 from hpo.cluster.slurm_env import Allocation, rocm_visible
 from hpo.errors import ClusterStartError
@@ -119,8 +120,10 @@ def _check_steps(steps: list[_Step]) -> None:
 
 
 def _tail(path: Path) -> str:
+    """The node log's last line of its own (not one of Ray's logs the node showed after)."""
     with contextlib.suppress(OSError):
-        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        lines = [ln for ln in path.read_text(errors="replace").splitlines()
+                 if ln.strip() and not ln.startswith(RAY_LOG_MARK)]
         return lines[-1][:300] if lines else ""
     return ""
 

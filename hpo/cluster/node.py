@@ -25,6 +25,7 @@ from typing import Any
 
 from hpo.cluster.network import node_address
 from hpo.cluster.ports import pick_ports
+from hpo.cluster.ray_logs import print_ray_logs
 from hpo.cluster.render import node_dir, ray_start_args, ray_temp_dir
 from hpo.cluster.slurm_env import NodeShare, lookup, ray_node_env, usable_cpus
 
@@ -204,13 +205,15 @@ def main(role: str, job_dir: Path) -> int:
         signal.signal(signum, lambda sig, _frame: stopping.append(sig))
     job_id = lookup(env, "job_id") or "0"
     try:
-        started = _RayProcess(role, command, env, job_dir)
+        started = _RayProcess(role, command, env, job_dir, job_id)
         # The batch script asks for the stop with a file on the shared file system: a
         # signal through srun would reach every process of the step (raylet included).
         while started.running(lambda: not stopping and not _asked_to_stop(role, job_dir,
                                                                            job_id)):
             time.sleep(0.2)
         ray = started.proc
+        if ray.poll():  # Ray's start failed: its own logs go with the private folder
+            print_ray_logs(job_id)
         if ray.poll() is None:
             leaving = role == "join" and (stopping or leave_file(job_dir, job_id).exists())
             if leaving:  # this job leaves a running study (not when the head's job is gone)
@@ -228,8 +231,9 @@ class _RayProcess:
     whose start competes for its cores (many nodes registering at once, a busy shared node)
     can miss, while slurm.startup_timeout_s says how long the user lets start-up take."""
 
-    def __init__(self, role: str, args: list[str], env: dict[str, str], job_dir: Path) -> None:
-        self.args, self.env, self.retries = args, env, role != "head"
+    def __init__(self, role: str, args: list[str], env: dict[str, str], job_dir: Path,
+                 job_id: str) -> None:
+        self.args, self.env, self.retries, self.job_id = args, env, role != "head", job_id
         timeout = json.loads((job_dir / CONFIG_FILE).read_text())["timeout"]
         self.deadline, self.attempt = time.monotonic() + timeout, 1
         self.proc = self._start()
@@ -249,6 +253,7 @@ class _RayProcess:
             return False
         with contextlib.suppress(ProcessLookupError):  # what the failed start left running
             os.killpg(self.proc.pid, signal.SIGKILL)
+        print_ray_logs(self.job_id)  # the next start makes a session folder of its own
         print(f"hpo: Ray's start on this node failed (exit code {code}, attempt "
               f"{self.attempt} of {START_ATTEMPTS}); starting it again", flush=True)
         self.attempt += 1

@@ -212,15 +212,16 @@ def main(role: str, job_dir: Path) -> int:
                                                                            job_id)):
             time.sleep(0.2)
         ray = started.proc
-        if ray.poll():  # Ray's start failed: its own logs go with the private folder
-            print_ray_logs(job_id)
-        if ray.poll() is None:
+        code = ray.poll()
+        if code is None:
             leaving = role == "join" and (stopping or leave_file(job_dir, job_id).exists())
             if leaving:  # this job leaves a running study (not when the head's job is gone)
                 _drain(job_dir, args, reason=f"Slurm job {job_id} leaves the study")
             stop_tree(ray, leaving=leaving)
             return 0
-        return ray.returncode
+        if code:  # Ray failed: its own logs go with the private folder
+            print_ray_logs(job_id)
+        return code
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)
 

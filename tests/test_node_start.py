@@ -96,8 +96,10 @@ def _runs(folder: Path) -> int:
 def test_a_worker_whose_start_fails_is_started_again_and_its_leftovers_killed(
         tmp_path: Path, groups: list[_RayProcess], capsys: pytest.CaptureFixture[str]) -> None:
     logs = Path(ray_temp_dir(JOB_ID), "session_latest", "logs")  # the failed start's
-    logs.mkdir(parents=True)
-    (logs / "raylet.out").write_text("the raylet's last words\n")
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / "raylet.out").write_text("an earlier start's\n")
+    time.sleep(0.01)  # the next file is newer, whatever the file system's clock resolution
+    (logs / "raylet.1.out").write_text("the raylet's last words\n")  # a retried start's
     ray = _started(tmp_path, "worker", 1, groups)
     assert _watch(ray, 120.0, until=lambda: (tmp_path / "ray.child1").exists())
     assert RAY_LOG_MARK + "the raylet's last words" in capsys.readouterr().out.splitlines()

@@ -9,6 +9,7 @@ Tune's own results).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -120,9 +121,12 @@ def _run_logs(slurm: SlurmTestCluster, job_id: str, lines: int = 60) -> str:
     logs = sorted(slurm.root.glob(f"work/results/*/slurm-{job_id}/*.log"))
     logs += [folder.parent / "hpo.log" for folder in
              slurm.root.glob(f"work/results/*/slurm-{job_id}")]
-    return "".join(f"\n--- {log} (last {lines} lines)\n"
-                   + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-                   for log in logs if log.is_file())
+    shown = []
+    for log in logs:
+        with contextlib.suppress(OSError):
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            shown.append(f"\n--- {log} (last {lines} lines)\n" + "\n".join(text))
+    return "".join(shown)
 
 
 def _output(job_id: str) -> str:

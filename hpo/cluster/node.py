@@ -219,7 +219,7 @@ def main(role: str, job_dir: Path) -> int:
                 _drain(job_dir, args, reason=f"Slurm job {job_id} leaves the study")
             stop_tree(ray, leaving=leaving)
             return 0
-        if code:  # Ray failed: its own logs go with the private folder
+        if code:  # Ray ended with an error: its own logs go with the private folder
             print_ray_logs(job_id)
         return code
     finally:
@@ -254,7 +254,7 @@ class _RayProcess:
             return False
         with contextlib.suppress(ProcessLookupError):  # what the failed start left running
             os.killpg(self.proc.pid, signal.SIGKILL)
-        print_ray_logs(self.job_id)  # the next start makes a session folder of its own
+        print_ray_logs(self.job_id)  # the next start's logs get names of their own
         print(f"hpo: Ray's start on this node failed (exit code {code}, attempt "
               f"{self.attempt} of {START_ATTEMPTS}); starting it again", flush=True)
         self.attempt += 1

@@ -104,8 +104,7 @@ def _run_trainable(func: Any, config: dict[str, Any], backend: dist.Backend, cha
         failing = True
         # Noted before dist.shutdown, whose end of the group fails the peers' collectives.
         # Rank 0 leaving a stopped trial fails the others' next collective: no failure.
-        own, error = not blame.lost_peer(exc), blame.described(exc)
-        if ray.get(channel.failed.remote(rank, own, error)):
+        if _noted(channel, rank, exc):
             return True
         raise
     finally:
@@ -113,6 +112,17 @@ def _run_trainable(func: Any, config: dict[str, Any], backend: dist.Backend, cha
         # not replace the rank's own
         with contextlib.suppress(Exception) if failing else contextlib.nullcontext():
             dist.shutdown()
+
+
+def _noted(channel: Any, rank: int, exc: Exception) -> bool:
+    """Note this rank's error in the channel (its own or a peer's loss); whether the trial
+    was stopped. A note that fails (the channel gone) leaves the rank's error to the relay."""
+    try:
+        return bool(ray.get(channel.failed.remote(rank, not blame.lost_peer(exc),
+                                                  blame.described(exc))))
+    except Exception as note_error:  # noqa: BLE001  the rank's own error goes on
+        print(f"hpo: this rank's error was not noted ({note_error})", file=sys.stderr)
+        return False
 
 
 @contextlib.contextmanager

@@ -119,7 +119,7 @@ def _relay(channel: Any, ranks: list[ray.ObjectRef], timeout_s: float,
             ends[ready[0]] = ray.get(ready[0])
         except Exception as exc:
             rank, error, cause = _first_failure(ranks, {ranks.index(ready[0]): exc}, channel)
-            raise RankFailure(f"rank {rank} failed: {error}") from cause
+            raise RankFailure(f"rank {rank} failed: {error}") from (cause or exc)
     return [ends[ref] for ref in ranks]
 
 

@@ -32,8 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import env_with_root  # noqa: E402
-from benchmarks.overhead_peers import WORKLOADS, warm_ray  # noqa: E402
+from benchmarks.overhead_peers import WORKLOADS, peer_run, warm_ray  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 Reading = tuple[float, dict[int, float]]  # when, each process's CPU seconds so far
@@ -110,13 +109,9 @@ def main() -> None:
     parser.add_argument("--tool", choices=["hpo", "hpo-warm"], default="hpo")
     parser.add_argument("--every-s", type=float, default=0.02)
     args = parser.parse_args()
-    trials, steps, sleep_s, workers = WORKLOADS[args.workload]
+    trials, _, _, workers = WORKLOADS[args.workload]
     with tempfile.TemporaryDirectory(prefix="cpu-by-process-") as work:
-        spans = Path(work) / "spans.jsonl"
-        cmd = [sys.executable, str(ROOT / "benchmarks" / "peer_runs.py"), args.tool,
-               "--trials", str(trials), "--steps", str(steps), "--sleep-s", str(sleep_s),
-               "--workers", str(workers), "--spans", str(spans), "--work", work]
-        env = env_with_root(HPO_LOCAL_RAY=str(Path(work) / "warm"))
+        cmd, env, spans = peer_run(sys.executable, args.tool, args.workload, Path(work))
         with warm_ray(args.tool, sys.executable, workers, env):
             start, end, readings, classes = sampled(cmd, env, args.every_s)
         firsts = sorted(json.loads(line)["first"] for line in spans.read_text().splitlines())

@@ -79,13 +79,21 @@ def warm_ray(tool: str, python: str, workers: int, env: dict[str, str]) -> Itera
                        capture_output=True)
 
 
-def one_run(python: str, tool: str, workload: str, work: Path) -> dict[str, float]:
+def peer_run(python: str, tool: str, workload: str, work: Path
+             ) -> tuple[list[str], dict[str, str], Path]:
+    """The command and environment of one tool's run of a workload (peer_runs.py), and the
+    spans file its trials append to."""
     trials, steps, sleep_s, workers = WORKLOADS[workload]
     spans = work / "spans.jsonl"
     cmd = [python, str(ROOT / "benchmarks" / "peer_runs.py"), tool, "--trials", str(trials),
            "--steps", str(steps), "--sleep-s", str(sleep_s), "--workers", str(workers),
            "--spans", str(spans), "--work", str(work)]
-    env = env_with_root(HPO_LOCAL_RAY=str(work / "warm"))  # hpo-warm's, and no other
+    return cmd, env_with_root(HPO_LOCAL_RAY=str(work / "warm")), spans  # hpo-warm's, no other
+
+
+def one_run(python: str, tool: str, workload: str, work: Path) -> dict[str, float]:
+    trials, steps, sleep_s, workers = WORKLOADS[workload]
+    cmd, env, spans = peer_run(python, tool, workload, work)
     with warm_ray(tool, python, workers, env):
         timed = run_when_quiet(cmd, env=env, quiet_timeout=120, run_timeout=1800)
     done = [json.loads(line) for line in spans.read_text().splitlines()] if spans.exists() else []

@@ -3,14 +3,15 @@ diagnostic for benchmarks/overhead_peers.py (the same workloads, run by peer_run
 benchmark of its own.
 
 Every process's CPU (utime + stime from /proc) is read every --every-s seconds while the run
-runs, each process named by its class once (driver, fork server, forks, stubs, raylet, GCS,
-Ray's agents, a warm Ray's `ray start`, this sampler, other). The windows come from the trials' own
-clocks: "start" is the launch to the first trial's first step, "ramp" from there to the
-first step of the workers-th trial, "after" the rest. Every process counts ("other": the
-machine's own, kernel threads included; a warm Ray's, started before the run, by their
-class). A process gone before a window's end has its CPU counted up to its last reading; the
-reading itself costs CPU (all of /proc each time), so the walls here run longer than
-overhead_peers.py's.
+runs, each process named by its class (driver, fork server, forks, stubs, raylet, GCS, Ray's
+dashboard and runtime-env agents, a warm Ray's `ray start`, this sampler, other), looked at
+again on its next readings (one first seen between its fork and its exec shows its parent's
+command). The windows come from the trials' own clocks: "start" is the launch to the first
+trial's first step, "ramp" from there to the first step of the workers-th trial, "after" the
+rest. Every process counts ("other": the machine's own, kernel threads included; a warm
+Ray's, started before the run, by their class). A process gone before a window's end has its
+CPU counted up to its last reading; the reading itself costs CPU (all of /proc each time), so
+the walls here run longer than overhead_peers.py's.
 
     python benchmarks/cpu_by_process.py --workload util32
     python benchmarks/cpu_by_process.py --workload scale64 --tool hpo-warm
@@ -49,14 +50,19 @@ def process_class(pid: int, parent_class: str | None) -> str | None:
                ("gcs_server" in name, "GCS"), (name == "raylet", "raylet"),
                ("worker_stub" in command, "stubs"),
                ("fork_server_process" in command, "fork server"),
-               ("agent" in command.lower() or "dashboard" in command, "Ray's agents"),
+               ("dashboard" in command, "dashboard agent"),
+               ("runtime_env" in command, "runtime-env agent"),
                ("ray::" in command or "default_worker" in command, "workers (Ray's own)"),
                (" -m hpo run" in command or "peer_runs.py" in command, "driver"),
                ("warm_head" in command or "node_start" in command, "ray start")]
     return next((label for hit, label in classes if hit), "other")
 
 
-def read_all(classes: dict[int, str | None]) -> dict[int, float]:
+LOOKS = 3  # a process first seen between its fork and its exec is named by its parent's line
+
+
+def read_all(classes: dict[int, str | None], looks: collections.Counter[int]
+             ) -> dict[int, float]:
     cpu = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -66,8 +72,9 @@ def read_all(classes: dict[int, str | None]) -> dict[int, float]:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if classes.get(pid) is None:
-            classes[pid] = process_class(pid, classes.get(int(fields[1])))
+        if classes.get(pid) is None or looks[pid] < LOOKS:
+            looks[pid] += 1
+            classes[pid] = process_class(pid, classes.get(int(fields[1]))) or classes.get(pid)
         cpu[pid] = (int(fields[11]) + int(fields[12])) / TICK
     return cpu
 
@@ -76,12 +83,13 @@ def sampled(cmd: list[str], env: dict[str, str], every_s: float
             ) -> tuple[float, float, list[Reading], dict[int, str | None]]:
     """Run cmd, reading every process's CPU meanwhile: its start, end, readings, classes."""
     classes: dict[int, str | None] = {os.getpid(): "this sampler"}
+    looks: collections.Counter[int] = collections.Counter({os.getpid(): LOOKS})
     start = time.time()
-    readings: list[Reading] = [(start, read_all(classes))]  # what each had before
+    readings: list[Reading] = [(start, read_all(classes, looks))]  # what each had before
     with subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL) as proc:
         while proc.poll() is None:
-            readings.append((time.time(), read_all(classes)))
+            readings.append((time.time(), read_all(classes, looks)))
             time.sleep(every_s)
     end = time.time()
     if proc.returncode:

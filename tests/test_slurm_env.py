@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import socket
+from collections.abc import Iterator
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Event
 
 import pytest
 
 from hpo.cluster import node_report
-from hpo.cluster.ports import BLOCK, BLOCKS, FIRST_PORT, RayPorts, first_block, pick_ports
+from hpo.cluster import ports as ports_module
+from hpo.cluster.ports import (
+    BLOCK,
+    BLOCKS,
+    FIRST_PORT,
+    RayPorts,
+    first_block,
+    pick_ports,
+    port_is_free,
+)
 from hpo.cluster.render import ray_start_args, ray_temp_dir, srun_args
 from hpo.cluster.slurm_env import (
     Allocation,
@@ -306,3 +319,59 @@ def test_cluster_side_never_imports_ray_tune() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture
+def claims() -> Iterator[list[socket.socket]]:
+    """This process's port claims, released after the test."""
+    yield ports_module._claims
+    while ports_module._claims:
+        ports_module._claims.pop().close()
+
+
+def test_a_claimed_block_is_busy_to_every_other_pick(claims: list[socket.socket]) -> None:
+    claimed = pick_ports("77", claim=True)
+    assert pick_ports("77").base != claimed.base
+    assert pick_ports("77", claim=True).base != claimed.base
+    claims.pop(0).close()
+    assert pick_ports("77").base == claimed.base
+
+
+def _claim_and_hold(job_id: str, bases: Queue[int], release: Event) -> None:
+    bases.put(pick_ports(job_id, claim=True).base)
+    release.wait(60)
+
+
+def test_jobs_starting_on_one_node_at_once_claim_distinct_blocks() -> None:
+    """Each process checks the same free block before any claims it: only the claim tells
+    them apart (without it all six took one block)."""
+    context = multiprocessing.get_context("spawn")
+    bases: Queue[int] = context.Queue()
+    release = context.Event()
+    jobs = [context.Process(target=_claim_and_hold, args=("77", bases, release))
+            for _ in range(6)]
+    for job in jobs:
+        job.start()
+    try:
+        taken = [bases.get(timeout=60) for _ in jobs]
+    finally:
+        release.set()
+        for job in jobs:
+            job.join(30)
+    assert len(set(taken)) == len(jobs), taken
+
+
+def test_a_port_only_an_ended_connection_of_rays_holds_is_free() -> None:
+    port = pick_ports("91").base + 10
+    with socket.socket() as listener:  # as Ray's gRPC servers listen
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()  # the server's side closes first: its port goes to TIME_WAIT
+        client.recv(1)
+        client.close()
+    with socket.socket() as plain, pytest.raises(OSError):  # a check without SO_REUSEADDR
+        plain.bind(("", port))
+    assert port_is_free(port)

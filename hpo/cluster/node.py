@@ -78,7 +78,7 @@ def start_args(role: str, job_dir: Path, env: dict[str, str]) -> list[str]:
         print(f"hpo: {share.short_of_cpus}", flush=True)
     ip = node_address(config.get("interface"), suffix=config.get("hostname_suffix", ""))
     job_id = lookup(env, "job_id") or "0"
-    ports = pick_ports(job_id)
+    ports = pick_ports(job_id, claim=True)  # held while this node runs
     temp_dir = ray_temp_dir(job_id)
     Path(node_dir(job_id)).mkdir(mode=0o700, exist_ok=True)
     head_address = None

@@ -459,6 +459,46 @@ def test_a_servers_output_goes_to_the_descriptor_it_is_given(
     assert not (tmp_path / fork_server.LOG_NAME).exists()
 
 
+def test_what_a_runs_server_wrote_reaches_the_runs_log_at_its_close(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """An embedded run's server writes to its own log in the run's private folder, which goes
+    at the run's end: what it wrote is logged (into hpo.log) when it closes."""
+    from hpo.driver import fork_server
+
+    monkeypatch.setattr(fork_server, "HEAVY", ("hpo_no_such_module",))
+    own = tmp_path / fork_server.LOG_NAME
+    with caplog.at_level("WARNING", logger="hpo.forks"), \
+            fork_server.serving(tmp_path) as server:
+        assert server is not None
+        server.start(os.getpid())
+        server.preload(["hpo_no_such_module"])
+        deadline = time.monotonic() + 120
+        while "No module named 'hpo_no_such_module'" not in own.read_text():
+            assert time.monotonic() < deadline, own.read_text()
+            time.sleep(0.1)
+        assert not caplog.records  # at its close, not before
+    said = [r.getMessage() for r in caplog.records if "fork server wrote" in r.getMessage()]
+    assert len(said) == 1 and "No module named 'hpo_no_such_module'" in said[0]
+
+
+def test_an_embedded_runs_server_output_is_in_hpo_log(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpo.driver import fork_server, ray_session
+
+    monkeypatch.setattr(fork_server, "HEAVY", ("hpo_no_such_module",))
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
+        server = ray_session._forks
+        assert server is not None and server._own_log is not None
+        server.preload(["hpo_no_such_module"])
+        deadline = time.monotonic() + 120
+        while "hpo_no_such_module" not in server._own_log.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    text = (tmp_path / "hpo.log").read_text()
+    assert "the workers' fork server wrote:" in text
+    assert "No module named 'hpo_no_such_module'" in text
+
+
 def test_hpo_fork_workers_0_has_ray_start_every_worker(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HPO_FORK_WORKERS", "0")

@@ -399,18 +399,25 @@ def test_a_due_growth_waits_for_freed_devices_while_new_trials_wait() -> None:
     assert scheduler.gate.open
 
 
-def test_a_growth_that_finds_no_device_in_time_is_dropped() -> None:
+def test_a_growth_that_finds_no_device_in_time_is_dropped(
+        caplog: pytest.LogCaptureFixture) -> None:
     from ray.tune.schedulers import TrialScheduler
 
     scheduler, controller, grower, _ = _full(cpus=3)
-    assert scheduler.on_trial_result(controller, grower, _result(1, 0.1)) == \
-        TrialScheduler.CONTINUE and not scheduler.gate.open
-    # one iteration later still nothing free: it goes on at its size, new trials may start
-    assert scheduler.on_trial_result(controller, grower, _result(2, 0.1)) == \
-        TrialScheduler.CONTINUE  # rung 2 passed: due again, waits again
-    assert scheduler.on_trial_result(controller, grower, _result(3, 0.1)) == \
-        TrialScheduler.CONTINUE
+    with caplog.at_level("INFO", logger="hpo.rasda"):
+        assert scheduler.on_trial_result(controller, grower, _result(1, 0.1)) == \
+            TrialScheduler.CONTINUE and not scheduler.gate.open
+        # one iteration later still nothing free: it goes on at its size, new trials may start
+        assert scheduler.on_trial_result(controller, grower, _result(2, 0.1)) == \
+            TrialScheduler.CONTINUE  # rung 2 passed: due again, waits again
+        assert scheduler.on_trial_result(controller, grower, _result(3, 0.1)) == \
+            TrialScheduler.CONTINUE
     assert scheduler.gate.open
+    # hpo.log says why it did not grow: at each rung, and where the growth is dropped
+    assert [r.getMessage().split(" at iteration ")[1] for r in caplog.records] == [
+        "1 runs on at 1 rank(s), 2 due: waits for 1 slot(s)",
+        "2 runs on at 1 rank(s), 4 due: waits for 3 slot(s)",
+        "3 runs on at 1 rank(s), 4 due: no slot freed in time: growth dropped"]
 
 
 def test_a_trial_without_checkpoints_runs_on_ungrown_and_holds_nothing_back(

@@ -101,6 +101,8 @@ class ForkServer:
                  output: int | None = None) -> None:
         self._path = run_dir / SOCKET_NAME
         self._link: Path | None = None
+        self._own_log = run_dir / LOG_NAME if output is None else None
+        self._reported = 0  # of its own log, in bytes
         read_end, write_end = os.pipe()
         # Only the server holds the socket: when it ends (or fails), the stubs find it closed
         # and start their workers as Ray would.
@@ -176,6 +178,24 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self._server.kill()
             self._server.wait()
+        self.report()
+
+    def report(self, limit: int = 1 << 16) -> None:
+        """Log what the server wrote to its own log since the last report (an error: a failed
+        preload, "not forking"; at most its last `limit` bytes) as hpo.forks's warning, which
+        the run's log (hpo.log) takes: its own log goes with the run's private folder."""
+        if self._own_log is None:
+            return
+        try:
+            with open(self._own_log, "rb") as log:
+                end = log.seek(0, os.SEEK_END)
+                log.seek(max(self._reported, end - limit))
+                written = log.read(end - log.tell()).decode(errors="replace").strip()
+        except OSError:
+            return
+        self._reported = end
+        if written:
+            logging.getLogger("hpo.forks").warning("the workers' fork server wrote:\n%s", written)
 
 
 def stubs_env(socket_path: str) -> dict[str, str]:

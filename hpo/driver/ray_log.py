@@ -11,9 +11,10 @@ from pathlib import Path
 from hpo.driver.guards import storage_faults
 
 # Ray's loggers and hpo's driver-side ones (rasda's growths and walltime holds, stops, cut
-# histories, trials that lost their node, nodes short of CPUs) go to hpo.log.
+# histories, trials that lost their node, nodes short of CPUs, what the workers' fork server
+# wrote) go to hpo.log.
 _RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.data", "hpo.rasda", "hpo.stops",
-                "hpo.history", "hpo.node_loss", "hpo.cluster")
+                "hpo.history", "hpo.node_loss", "hpo.cluster", "hpo.forks")
 
 
 class RunLog(logging.FileHandler):

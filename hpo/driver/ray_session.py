@@ -253,6 +253,8 @@ def embedded_ray(log_file: Path, num_cpus: int | None = None, num_gpus: int | No
     try:
         yield ray.cluster_resources()
     finally:
+        if _forks is not None:  # while hpo.log takes it
+            _forks.report()
         stop_logging(handler)
         if keep:
             _kept, _kept_args = stack, (num_cpus, num_gpus)

@@ -63,6 +63,15 @@ def ranks_of(trial: Trial) -> int:
     return rank_count(trial.placement_group_factory)
 
 
+def _say_why_not(trial: Trial, due: Due, decision: Decision, done: int) -> None:
+    """hpo.log's line for a growth due that does not happen now (a user who expects growth
+    reads why): at the rung, and where it is dropped; not for each result it waits."""
+    if decision.reason in ("nothing due", NO_CHECKPOINT) or (decision.due and not due.at_rung):
+        return
+    log.info("rasda: %s at iteration %d runs on at %d rank(s), %d due: %s", trial, done,
+             due.ranks, due.target, decision.reason)
+
+
 class RasdaScheduler(AsyncHyperBandScheduler):
     def __init__(self, options: Rasda, ranks: Distributed, guard: Guard | None = None,
                  metric: str | None = None, mode: str | None = None,
@@ -165,6 +174,8 @@ class RasdaScheduler(AsyncHyperBandScheduler):
     def _apply(self, trial: Trial, decision: Decision, due: Due, done: int) -> str:
         """Tune's answer for a decision, and the records that carry it out."""
         trial_id, now = trial.trial_id, ranks_of(trial)
+        if decision.action == "continue":
+            _say_why_not(trial, due, decision, done)
         if decision.action == "continue" and decision.due:  # new trials wait with it
             self._due[trial_id] = due.waited + 1  # keeps its place: the first due goes first
             self.gate.waiting.add(trial_id)

@@ -50,8 +50,9 @@ def process_class(pid: int, parent_class: str | None) -> str | None:
                ("gcs_server" in name, "GCS"), (name == "raylet", "raylet"),
                ("worker_stub" in command, "stubs"),
                ("fork_server_process" in command, "fork server"),
-               ("dashboard" in command, "dashboard agent"),
-               ("runtime_env" in command, "runtime-env agent"),
+               # by their script, then by the title each gives itself once started
+               ("dashboard" in command.lower(), "dashboard agent"),
+               ("runtime_env" in command or "RuntimeEnvAgent" in command, "runtime-env agent"),
                ("ray::" in command or "default_worker" in command, "workers (Ray's own)"),
                (" -m hpo run" in command or "peer_runs.py" in command, "driver"),
                ("warm_head" in command or "node_start" in command, "ray start")]

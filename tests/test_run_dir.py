@@ -100,6 +100,26 @@ def test_hpo_log_says_rays_advice_in_hpos_words() -> None:
     assert said("Trial t1 completed.") == "Trial t1 completed."
 
 
+def test_a_runs_log_takes_no_record_after_its_end(tmp_path: Path) -> None:
+    """Each run of a process (the Python API) logs to its own hpo.log: an ended run's log
+    takes none of the next run's records, and hpo's loggers pass theirs on as before."""
+    import logging
+
+    from hpo.driver.ray_log import _RAY_LOGGERS, log_ray_to, stop_logging
+
+    before = {name: logging.getLogger(name).propagate for name in _RAY_LOGGERS}
+    first = log_ray_to(tmp_path / "a.log")
+    logging.getLogger("hpo.cluster").warning("the first run's")
+    stop_logging(first)
+    second = log_ray_to(tmp_path / "b.log")
+    logging.getLogger("hpo.cluster").warning("the second run's")
+    stop_logging(second)
+    assert "the first run's" in (tmp_path / "a.log").read_text()
+    assert "the second run's" not in (tmp_path / "a.log").read_text()
+    assert "the second run's" in (tmp_path / "b.log").read_text()
+    assert {name: logging.getLogger(name).propagate for name in _RAY_LOGGERS} == before
+
+
 def test_run_folders_go_under_a_short_tmpdir_else_tmp(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """$TMPDIR, as Ray and other tools use it, where Ray's socket paths under it fit in 107

@@ -100,6 +100,23 @@ def test_runs_use_the_warm_ray_until_it_is_down(tmp_path: Path, warm_dir: Path) 
     assert "no warm Ray is up" in said
 
 
+@pytest.mark.slow
+def test_python_runs_on_a_warm_ray_each_log_to_their_own_folder(tmp_path: Path,
+                                                                 warm_dir: Path) -> None:
+    """hpo.run connected twice from one process: the first run's hpo.log took the second's
+    records (its handler was never removed)."""
+    import hpo
+    from hpo.cluster import warm
+
+    spec = tmp_path / "w.yaml"
+    spec.write_text(SPEC.format(root=ROOT))
+    assert hpo_cli("local", "up", "--cpus", "2").returncode == 0
+    for name in ("a", "b"):
+        hpo.run(spec, storage=str(tmp_path), name=name, cluster=warm.for_run(None))
+    logs = [(tmp_path / name / "hpo.log").read_text() for name in ("a", "b")]
+    assert [text.count("connected to Ray at") for text in logs] == [1, 1]
+
+
 def test_a_head_file_without_a_ray_behind_it_is_no_warm_ray(warm_dir: Path) -> None:
     from hpo.cluster import warm
 

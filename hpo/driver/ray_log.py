@@ -26,6 +26,10 @@ class RunLog(logging.FileHandler):
 
     _broken = False
 
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.propagated: dict[str, bool] = {}  # each logger's propagate before this log
+
     def emit(self, record: logging.LogRecord) -> None:
         watch = storage_faults.current()
         if watch and record.levelno >= logging.WARNING:
@@ -76,7 +80,7 @@ class InHposWords(logging.Filter):
         return True
 
 
-def log_ray_to(log_file: Path) -> logging.Handler:
+def log_ray_to(log_file: Path) -> RunLog:
     """Send the driver's Ray log records to the run's log file instead of the terminal."""
     handler = RunLog(log_file)
     handler.addFilter(InHposWords())
@@ -90,13 +94,19 @@ def log_ray_to(log_file: Path) -> logging.Handler:
             if isinstance(old, logging.StreamHandler) and not isinstance(
                     old, logging.FileHandler):
                 logger.removeHandler(old)
+        handler.propagated[name] = logger.propagate
         logger.addHandler(handler)
         logger.propagate = False
     return handler
 
 
-def stop_logging(handler: logging.Handler) -> None:
-    """A kept Ray serves the next run, which logs to its own folder."""
+def stop_logging(handler: RunLog) -> None:
+    """The run's end: its log takes no more records (a kept Ray, or a connected cluster,
+    serves the next run, which logs to its own folder), and hpo's loggers pass theirs on as
+    before it (Ray's own stderr handler stays removed)."""
     for name in _RAY_LOGGERS:
-        logging.getLogger(name).removeHandler(handler)
+        logger = logging.getLogger(name)
+        logger.removeHandler(handler)
+        if not any(isinstance(other, RunLog) for other in logger.handlers):
+            logger.propagate = handler.propagated.get(name, logger.propagate)
     handler.close()

@@ -253,15 +253,18 @@ def embedded_ray(log_file: Path, num_cpus: int | None = None, num_gpus: int | No
     try:
         yield ray.cluster_resources()
     finally:
-        if _forks is not None:  # while hpo.log takes it
-            _forks.report()
-        stop_logging(handler)
         if keep:
+            if _forks is not None:  # what its server wrote, while hpo.log takes it
+                _forks.report()
+            stop_logging(handler)
             _kept, _kept_args = stack, (num_cpus, num_gpus)
             atexit.unregister(shutdown)  # registered once, to remove the run dir at exit
             atexit.register(shutdown)
         else:
-            stack.close()
+            try:
+                stack.close()  # Ray's stop and its fork server's last words go to hpo.log too
+            finally:
+                stop_logging(handler)
 
 
 @contextlib.contextmanager
@@ -274,7 +277,7 @@ def connected_ray(cluster: RayCluster, log_file: Path) -> Iterator[dict[str, flo
     with token_env(cluster.token_file):
         ray.init(address=cluster.address, _node_ip_address=cluster.node_ip,
                  log_to_driver=False, logging_level=logging.WARNING)
-        log_ray_to(log_file)
+        handler = log_ray_to(log_file)
         logging.getLogger("hpo.cluster").info("connected to Ray at %s", cluster.address)
         for note in cluster.notes:
             logging.getLogger("hpo.cluster").warning(note)
@@ -282,4 +285,7 @@ def connected_ray(cluster: RayCluster, log_file: Path) -> Iterator[dict[str, flo
             with _job_forks(cluster), _nodes_told(cluster):
                 yield ray.cluster_resources()
         finally:
-            ray.shutdown()
+            try:
+                ray.shutdown()
+            finally:  # else this run's log would take the next connected run's records
+                stop_logging(handler)

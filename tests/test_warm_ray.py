@@ -103,16 +103,19 @@ def test_runs_use_the_warm_ray_until_it_is_down(tmp_path: Path, warm_dir: Path) 
 @pytest.mark.slow
 def test_python_runs_on_a_warm_ray_each_log_to_their_own_folder(tmp_path: Path,
                                                                  warm_dir: Path) -> None:
-    """hpo.run connected twice from one process: the first run's hpo.log took the second's
-    records (its handler was never removed)."""
-    import hpo
-    from hpo.cluster import warm
-
+    """A script's two hpo.run calls on the warm Ray: the first run's hpo.log took the
+    second's records (its handler was never removed). In a Python of its own, as a user's
+    script runs (this process has run Rays of every kind by now)."""
     spec = tmp_path / "w.yaml"
     spec.write_text(SPEC.format(root=ROOT))
     assert hpo_cli("local", "up", "--cpus", "2").returncode == 0
-    for name in ("a", "b"):
-        hpo.run(spec, storage=str(tmp_path), name=name, cluster=warm.for_run(None))
+    script = ("import hpo, sys\nfrom hpo.cluster import warm\n"
+              "for name in ('a', 'b'):\n"
+              "    hpo.run(sys.argv[1], storage=sys.argv[2], name=name, "
+              "cluster=warm.for_run(None))\n")
+    ran = subprocess.run([sys.executable, "-c", script, str(spec), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert ran.returncode == 0, ran.stderr[-3000:]
     logs = [(tmp_path / name / "hpo.log").read_text() for name in ("a", "b")]
     assert [text.count("connected to Ray at") for text in logs] == [1, 1]
 

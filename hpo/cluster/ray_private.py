@@ -10,13 +10,19 @@ Ray and fails loudly when one is gone or changed:
     the call behind Ray's hidden `ray drain-node` CLI;
   - ray._raylet.Config.initialize("") and AuthenticationTokenLoader.instance().reset_cache():
     Ray caches its config and auth token when first imported; these read the environment
-    again, as Ray's own `ray.init` does when it turns token auth on.
+    again, as Ray's own `ray.init` does when it turns token auth on;
+  - ray._private.ray_constants.ENABLE_RAY_CLUSTER, read by services.get_node_ip_address when
+    `ray.init(address=...)` resolves a loopback host (services.resolve_ip_for_localhost):
+    off, the host stays 127.0.0.1; on (Ray's default, where a process imported ray before
+    hpo's local-only import), it becomes the machine's address.
 Ray is imported only when one of these is called (the CLI's help and validate import no Ray).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 RAY_VERSION = "2.60.0"  # the version these were read from
@@ -58,6 +64,21 @@ def reload_auth_settings() -> None:
     AuthenticationTokenLoader.instance().reset_cache()
 
 
+@contextlib.contextmanager
+def loopback_kept() -> Iterator[None]:
+    """While the block runs, `ray.init(address="127.0.0.1:PORT")` connects to 127.0.0.1 (a
+    warm local Ray listens there only), also in a process that imported ray before hpo: Ray
+    would connect to the machine's address instead, where nothing listens, and wait for 60 s."""
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+
+
 def _parameters(method: Any) -> list[str]:
     return list(inspect.signature(method).parameters)
 
@@ -97,8 +118,18 @@ def missing() -> list[str]:
         gaps.append("AuthenticationTokenLoader.instance().reset_cache()")
     if not hasattr(GcsNodeInfo.GcsNodeState, "ALIVE"):
         gaps.append("GcsNodeInfo.GcsNodeState.ALIVE")
+    gaps += _loopback_gaps()
     try:
         autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")
     except ValueError:
         gaps.append("autoscaler_pb2.DrainNodeReason DRAIN_NODE_REASON_PREEMPTION")
     return gaps
+
+
+def _loopback_gaps() -> list[str]:
+    from ray._private import ray_constants, services
+
+    reads = "ray_constants.ENABLE_RAY_CLUSTER" in inspect.getsource(services.get_node_ip_address)
+    if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER") or not reads:
+        return ["ray_constants.ENABLE_RAY_CLUSTER, read by services.get_node_ip_address"]
+    return []

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo.cluster.auth import RayCluster, environ_overlay, new_token, token_env
+from hpo.cluster.ray_private import loopback_kept
 from hpo.cluster.slurm_env import rocm_visible
 from hpo.driver import (
     fork_server,
@@ -274,9 +275,12 @@ def connected_ray(cluster: RayCluster, log_file: Path) -> Iterator[dict[str, flo
     import ray
 
     shutdown()  # an embedded Ray kept by an earlier run: one connection per process
+    loopback = loopback_kept() if cluster.node_ip == "127.0.0.1" else \
+        contextlib.nullcontext()
     with token_env(cluster.token_file):
-        ray.init(address=cluster.address, _node_ip_address=cluster.node_ip,
-                 log_to_driver=False, logging_level=logging.WARNING)
+        with loopback:  # a warm local Ray's
+            ray.init(address=cluster.address, _node_ip_address=cluster.node_ip,
+                     log_to_driver=False, logging_level=logging.WARNING)
         handler = log_ray_to(log_file)
         logging.getLogger("hpo.cluster").info("connected to Ray at %s", cluster.address)
         for note in cluster.notes:

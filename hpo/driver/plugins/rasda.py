@@ -66,8 +66,9 @@ def ranks_of(trial: Trial) -> int:
 def _say_why_not(trial: Trial, due: Due, decision: Decision, done: int) -> None:
     """hpo.log's line for a growth due that does not happen now (a user who expects growth
     reads why): at the rung, and where it is dropped; not for each result it waits."""
-    if decision.reason in ("nothing due", NO_CHECKPOINT) or (decision.due and not due.at_rung):
-        return
+    if decision.action != "continue" or decision.reason in ("nothing due", NO_CHECKPOINT) \
+            or (decision.due and not due.at_rung):
+        return  # a grow or a hold has a line of its own (_apply)
     log.info("rasda: %s at iteration %d runs on at %d rank(s), %d due: %s", trial, done,
              due.ranks, due.target, decision.reason)
 
@@ -174,8 +175,7 @@ class RasdaScheduler(AsyncHyperBandScheduler):
     def _apply(self, trial: Trial, decision: Decision, due: Due, done: int) -> str:
         """Tune's answer for a decision, and the records that carry it out."""
         trial_id, now = trial.trial_id, ranks_of(trial)
-        if decision.action == "continue":
-            _say_why_not(trial, due, decision, done)
+        _say_why_not(trial, due, decision, done)
         if decision.action == "continue" and decision.due:  # new trials wait with it
             self._due[trial_id] = due.waited + 1  # keeps its place: the first due goes first
             self.gate.waiting.add(trial_id)

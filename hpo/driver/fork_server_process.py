@@ -32,27 +32,38 @@ from hpo.driver.fork_server_loop import PER_PROCESS, Orders, Server
 
 RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
 
-# What every trial's worker imports: the libraries Tune imports (0.8 CPU-s on 2 cores),
-# first, while Ray starts; then, once the node and job are known, Ray's worker main, Tune
-# (0.3-0.5 CPU-s more) and hpo's trial wrapper. Not the user's trainable: it may touch a GPU.
+# What every trial's worker imports, in two parts. First, while Ray starts, the libraries:
+# those Tune imports (0.8 CPU-s on 2 cores), then those Ray's worker and Tune import beside
+# them where installed (IPython's shell, which Tune's trainable clears; jsonschema, requests,
+# protobuf, pydantic v1, starlette: 0.4 CPU-s): none of them reads Ray's per-process variables.
+# Then, once the node and job are known (`import ray` reads the job's variables), Ray's worker
+# main, Tune and hpo's trial wrapper (0.45 CPU-s): the part the first trial waits for.
+# Not the user's trainable: it may touch a GPU.
 LIBRARIES = ("numpy", "pandas", "pyarrow", "pyarrow.fs", "pydantic", "fsspec", "rich")
+COMPANIONS = ("IPython.core.interactiveshell", "jsonschema", "requests", "rich.layout",
+              "rich.live", "pydantic.v1", "pydantic.dataclasses", "google.protobuf.json_format",
+              "google.protobuf.struct_pb2", "google.protobuf.timestamp_pb2", "yaml", "wcwidth",
+              "annotated_types", "filelock", "psutil", "tqdm.auto", "pyarrow.parquet",
+              "pyarrow.json", "starlette.datastructures", "starlette.concurrency", "colorama",
+              "msgpack", "packaging.version", "fsspec.implementations.local")
 RAY_MODULES = ("ray._private.workers.default_worker", "ray.tune", "hpo.trial.one_process")
-# What a trial's worker imports after that before its first step, where installed (about
-# 0.2 CPU-s): Tune's trainable clears IPython's shell, Ray's serializers register pydantic
-# v1's and starlette's types, hpo's result batches, the fork's own argument parser; and at
-# its exit: ray.shutdown imports Ray's compiled DAGs to close them (24 ms a worker, all of
-# them at once at a run's end).
-WORKER_EXTRAS = ("IPython.core.interactiveshell", "pydantic.v1", "starlette.datastructures",
-                 "pyarrow.json", "ray._private.arrow_serialization", "hpo.trial.batched",
+# What a trial's worker imports after that before its first step (about 0.1 CPU-s): Ray's
+# serializers for Arrow, hpo's result batches, the fork's own argument parser; and at its
+# exit: ray.shutdown imports Ray's compiled DAGs to close them (24 ms a worker, all of them
+# at once at a run's end).
+WORKER_EXTRAS = ("ray._private.arrow_serialization", "hpo.trial.batched",
                  "ray._private.workers.setup_worker", "ray.dag.compiled_dag_node")
 
 
 def main(listener_fd: int, orders_fd: int) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # as Ray's own processes
+    gc.disable()  # while it imports: no collection leaves holes in the pages forks share
     parent = os.getppid()
     listener = socket.socket(fileno=listener_fd)
     for name in LIBRARIES:
         importlib.import_module(name)
+    _import_where_installed(COMPANIONS)
+    gc.freeze()
     orders = Orders(orders_fd)
     env = json.loads(orders.first() or "{}")
     if not env:
@@ -62,13 +73,7 @@ def main(listener_fd: int, orders_fd: int) -> None:
     with _unseeded_actor_ids():
         for name in RAY_MODULES:
             importlib.import_module(name)
-        for name in WORKER_EXTRAS:
-            try:
-                importlib.import_module(name)
-            except ImportError:  # the worker would not have it either
-                pass
-            except Exception:  # the worker imports it itself, and meets the error there
-                traceback.print_exc()
+        _import_where_installed(WORKER_EXTRAS)
     try:  # what each worker would redo, once (a failure costs only that time)
         fork_server_warm.prepare()
     except Exception:  # noqa: BLE001  the workers compile for themselves, as without it
@@ -77,9 +82,19 @@ def main(listener_fd: int, orders_fd: int) -> None:
         print("hpo fork server: forks would share Ray's random IDs; not forking",
               file=sys.stderr, flush=True)
         return  # the stubs find the socket closed and start their workers as Ray does
-    gc.collect()
     gc.freeze()  # the forks share these pages instead of copying them at their first GC
+    gc.enable()  # for what the loop and the forks make (a collection skips the frozen)
     Server(listener, orders, fresh_ray_ids).run(parent)
+
+
+def _import_where_installed(names: tuple[str, ...]) -> None:
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # the worker would not have it either
+            pass
+        except Exception:  # the worker imports it itself, and meets the error there
+            traceback.print_exc()
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ fresh process where it must refuse.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -335,16 +336,15 @@ def test_the_server_refuses_when_forks_would_share_ray_ids() -> None:
             "print(fresh_ray_ids())\n")
     fresh = ("from hpo.driver.fork_server_process import fresh_ray_ids\n"
              "from hpo.driver.fork_server_process import LIBRARIES, RAY_MODULES\n"
-             "from hpo.driver.fork_server_process import WORKER_EXTRAS, _unseeded_actor_ids\n"
+             "from hpo.driver.fork_server_process import COMPANIONS, WORKER_EXTRAS\n"
+             "from hpo.driver.fork_server_process import _import_where_installed\n"
+             "from hpo.driver.fork_server_process import _unseeded_actor_ids\n"
              "import importlib, ray.actor\n"
              "[importlib.import_module(m) for m in LIBRARIES]\n"
+             "_import_where_installed(COMPANIONS)\n"
              "with _unseeded_actor_ids():\n"
              "    [importlib.import_module(m) for m in RAY_MODULES]\n"
-             "    for m in WORKER_EXTRAS:\n"
-             "        try:\n"
-             "            importlib.import_module(m)\n"
-             "        except ImportError:\n"
-             "            pass\n"
+             "    _import_where_installed(WORKER_EXTRAS)\n"
              "assert 'ray.tune' in RAY_MODULES and ray.actor.ActorClassID is ray.ActorClassID\n"
              "print(fresh_ray_ids())\n")
     after_tune = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -353,6 +353,42 @@ def test_the_server_refuses_when_forks_would_share_ray_ids() -> None:
                                timeout=300, check=True)
     assert after_tune.stdout.split()[-1] == "False"
     assert preloaded.stdout.split()[-1] == "True"
+
+
+def test_what_the_server_imports_before_the_job_is_known_imports_no_ray() -> None:
+    """Ray's C++ side reads the job's variables once, when `ray` is first imported: the
+    libraries the server imports while Ray starts must not bring it in."""
+    from hpo.driver.fork_server_process import COMPANIONS
+
+    code = ("import importlib, sys\n"
+            "from hpo.driver.fork_server_process import COMPANIONS, LIBRARIES\n"
+            "from hpo.driver.fork_server_process import _import_where_installed\n"
+            "[importlib.import_module(m) for m in LIBRARIES]\n"
+            "_import_where_installed(COMPANIONS)\n"
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
+            "print(sum(m in sys.modules for m in COMPANIONS))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, check=True)
+    ray_modules, imported = done.stdout.splitlines()[-2:]
+    assert ray_modules == "[]"
+    assert int(imported) >= len(COMPANIONS) // 2  # Ray's own dependencies, installed with it
+
+
+@ray.remote(num_cpus=1)
+class Collector:
+    def facts(self) -> tuple[bool, int, int]:
+        return gc.isenabled(), gc.get_freeze_count(), os.getppid()
+
+
+def test_a_forked_worker_collects_its_garbage_and_shares_the_servers_frozen_heap(
+        tmp_path: Path) -> None:
+    """The server imports with the collector off (no holes in the pages its forks share),
+    then freezes what it has: its forks collect again, skipping what it froze."""
+    with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
+        enabled, frozen, parent = ray.get(Collector.remote().facts.remote())
+        server = _server_pid()
+    assert (enabled, parent) == (True, server)
+    assert frozen > 100_000  # Ray's, Tune's and their libraries' objects
 
 
 @ray.remote(num_cpus=1)

@@ -371,7 +371,35 @@ def test_what_the_server_imports_before_the_job_is_known_imports_no_ray() -> Non
                           timeout=300, check=True)
     ray_modules, imported = done.stdout.splitlines()[-2:]
     assert ray_modules == "[]"
-    assert int(imported) >= len(COMPANIONS) // 2  # Ray's own dependencies, installed with it
+    assert int(imported) >= len(COMPANIONS) // 2  # most come with Ray, Tune or hpo
+
+
+def test_the_server_imports_no_library_ray_bundles_before_ray() -> None:
+    """`import ray` puts its own copies (ray/thirdparty_files: psutil, colorama) first on the
+    path: imported before it, a fork would run another copy than a worker Ray starts."""
+    from hpo.driver.fork_server_process import COMPANIONS, LIBRARIES
+
+    bundled = Path(ray.__file__).parent / "thirdparty_files"
+    assert (bundled / "psutil").is_dir()  # where Ray 2.60 keeps them
+    ahead = {name.split(".")[0] for name in (*LIBRARIES, *COMPANIONS)}
+    assert not ahead & {entry.name for entry in bundled.iterdir()}
+
+
+def test_the_server_imports_the_workers_other_libraries_before_the_job_is_known(
+        tmp_path: Path) -> None:
+    """Before `start` (while Ray starts), the server imports what Ray's worker and Tune import
+    beside Ray, e.g. jsonschema, whose Rust part (rpds) shows in its memory map: the first
+    trial waits only for Ray's own part, which needs the job."""
+    from hpo.driver import fork_server
+
+    with fork_server.serving(tmp_path) as server:
+        assert server is not None
+        maps = Path(f"/proc/{_server_pid()}/maps")
+        deadline = time.monotonic() + 120
+        while b"/rpds/" not in maps.read_bytes():
+            assert time.monotonic() < deadline, "jsonschema not imported before the job"
+            time.sleep(0.1)
+        assert b"_raylet" not in maps.read_bytes()
 
 
 @ray.remote(num_cpus=1)
@@ -383,7 +411,8 @@ class Collector:
 def test_a_forked_worker_collects_its_garbage_and_shares_the_servers_frozen_heap(
         tmp_path: Path) -> None:
     """The server imports with the collector off (no holes in the pages its forks share),
-    then freezes what it has: its forks collect again, skipping what it froze."""
+    freezes what it has and turns the collector back on before it forks: its workers collect
+    their own garbage, skipping the frozen heap they share."""
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
         enabled, frozen, parent = ray.get(Collector.remote().facts.remote())
         server = _server_pid()

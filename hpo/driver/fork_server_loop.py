@@ -5,6 +5,7 @@ the driver's orders (modules to import for the forks after, or to stop) read bet
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -95,6 +96,7 @@ class Server:
                 traceback.print_exc()
         if orders_given:
             self._serving = self._serving and self._fresh_ids()
+            gc.freeze()  # as the server's own imports: shared by the forks after
 
     def run(self, parent: int) -> None:
         while self._serving and os.getppid() == parent:  # the driver gone: nothing to serve

@@ -35,17 +35,20 @@ RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see miss
 # What every trial's worker imports, in two parts. First, while Ray starts, the libraries:
 # those Tune imports (0.8 CPU-s on 2 cores), then those Ray's worker and Tune import beside
 # them where installed (IPython's shell, which Tune's trainable clears; jsonschema, requests,
-# protobuf, pydantic v1, starlette: 0.4 CPU-s): none of them reads Ray's per-process variables.
-# Then, once the node and job are known (`import ray` reads the job's variables), Ray's worker
-# main, Tune and hpo's trial wrapper (0.45 CPU-s): the part the first trial waits for.
-# Not the user's trainable: it may touch a GPU.
+# protobuf, pydantic v1, starlette: 0.4 CPU-s). None reads Ray's per-process variables; those
+# they read at import (TQDM_*, PROTOCOL_BUFFERS_*, TERM) are the server's first environment's,
+# the raylet's too (hpo.driver.fork_server). Not those Ray bundles (ray/thirdparty_files:
+# psutil, colorama), which `import ray` puts first on the path. Then, once the node and job
+# are known (`import ray` reads the job's variables), Ray's worker main, Tune and hpo's trial
+# wrapper (0.45 CPU-s): the part the first trial waits for. Not the user's trainable: it may
+# touch a GPU.
 LIBRARIES = ("numpy", "pandas", "pyarrow", "pyarrow.fs", "pydantic", "fsspec", "rich")
 COMPANIONS = ("IPython.core.interactiveshell", "jsonschema", "requests", "rich.layout",
               "rich.live", "pydantic.v1", "pydantic.dataclasses", "google.protobuf.json_format",
               "google.protobuf.struct_pb2", "google.protobuf.timestamp_pb2", "yaml", "wcwidth",
-              "annotated_types", "filelock", "psutil", "tqdm.auto", "pyarrow.parquet",
-              "pyarrow.json", "starlette.datastructures", "starlette.concurrency", "colorama",
-              "msgpack", "packaging.version", "fsspec.implementations.local")
+              "annotated_types", "filelock", "tqdm.auto", "pyarrow.parquet", "pyarrow.json",
+              "starlette.datastructures", "starlette.concurrency", "msgpack",
+              "packaging.version", "fsspec.implementations.local")
 RAY_MODULES = ("ray._private.workers.default_worker", "ray.tune", "hpo.trial.one_process")
 # What a trial's worker imports after that before its first step (about 0.1 CPU-s): Ray's
 # serializers for Arrow, hpo's result batches, the fork's own argument parser; and at its

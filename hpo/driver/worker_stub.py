@@ -63,8 +63,8 @@ def forkable(args: list[str], env: dict[str, str] | None = None,
     language = _value(args, "--language") or "PYTHON"
     context = json.loads(_value(args, _CONTEXT) or "{}")
     # Variables read when a process or a library starts (RAY_*, thread counts, the
-    # allocator's, the hash seed) are fixed in the server already (it has the raylet's
-    # environment, as the stub has): a runtime env may only repeat them.
+    # allocator's, the hash seed) are fixed in the server already (it imports in the
+    # raylet's environment, as the stub has it): a runtime env may only repeat them.
     changed = {name for name, value in (context.get("env_vars") or {}).items()
                if env.get(name) != _expanded(value, env)}
     return (language == "PYTHON" and changed <= READ_LATE

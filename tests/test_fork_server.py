@@ -334,17 +334,11 @@ def test_the_server_refuses_when_forks_would_share_ray_ids() -> None:
     code = ("import ray.tune\n"
             "from hpo.driver.fork_server_process import fresh_ray_ids\n"
             "print(fresh_ray_ids())\n")
-    fresh = ("from hpo.driver.fork_server_process import fresh_ray_ids\n"
-             "from hpo.driver.fork_server_process import LIBRARIES, RAY_MODULES\n"
-             "from hpo.driver.fork_server_process import COMPANIONS, WORKER_EXTRAS\n"
-             "from hpo.driver.fork_server_process import _import_where_installed\n"
-             "from hpo.driver.fork_server_process import _unseeded_actor_ids\n"
-             "import importlib, ray.actor\n"
-             "[importlib.import_module(m) for m in LIBRARIES]\n"
-             "_import_where_installed(COMPANIONS)\n"
-             "with _unseeded_actor_ids():\n"
-             "    [importlib.import_module(m) for m in RAY_MODULES]\n"
-             "    _import_where_installed(WORKER_EXTRAS)\n"
+    fresh = ("from hpo.driver.fork_server_process import fresh_ray_ids, RAY_MODULES\n"
+             "from hpo.driver.fork_server_process import import_libraries, import_ray_part\n"
+             "import ray.actor\n"
+             "import_libraries()\n"
+             "import_ray_part()\n"
              "assert 'ray.tune' in RAY_MODULES and ray.actor.ActorClassID is ray.ActorClassID\n"
              "print(fresh_ray_ids())\n")
     after_tune = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -360,11 +354,9 @@ def test_what_the_server_imports_before_the_job_is_known_imports_no_ray() -> Non
     libraries the server imports while Ray starts must not bring it in."""
     from hpo.driver.fork_server_process import COMPANIONS
 
-    code = ("import importlib, sys\n"
-            "from hpo.driver.fork_server_process import COMPANIONS, LIBRARIES\n"
-            "from hpo.driver.fork_server_process import _import_where_installed\n"
-            "[importlib.import_module(m) for m in LIBRARIES]\n"
-            "_import_where_installed(COMPANIONS)\n"
+    code = ("import sys\n"
+            "from hpo.driver.fork_server_process import COMPANIONS, import_libraries\n"
+            "import_libraries()\n"
             "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
             "print(sum(m in sys.modules for m in COMPANIONS))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

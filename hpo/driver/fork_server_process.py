@@ -63,9 +63,7 @@ def main(listener_fd: int, orders_fd: int) -> None:
     gc.disable()  # while it imports: no collection leaves holes in the pages forks share
     parent = os.getppid()
     listener = socket.socket(fileno=listener_fd)
-    for name in LIBRARIES:
-        importlib.import_module(name)
-    _import_where_installed(COMPANIONS)
+    import_libraries()
     gc.freeze()
     orders = Orders(orders_fd)
     env = json.loads(orders.first() or "{}")
@@ -73,10 +71,7 @@ def main(listener_fd: int, orders_fd: int) -> None:
         return  # the node did not start
     os.environ.clear()
     os.environ.update(env)  # Ray's C++ side reads it once, at `import ray`
-    with _unseeded_actor_ids():
-        for name in RAY_MODULES:
-            importlib.import_module(name)
-        _import_where_installed(WORKER_EXTRAS)
+    import_ray_part()
     try:  # what each worker would redo, once (a failure costs only that time)
         fork_server_warm.prepare()
     except Exception:  # noqa: BLE001  the workers compile for themselves, as without it
@@ -88,6 +83,22 @@ def main(listener_fd: int, orders_fd: int) -> None:
     gc.freeze()  # the forks share these pages instead of copying them at their first GC
     gc.enable()  # for what the loop and the forks make (a collection skips the frozen)
     Server(listener, orders, fresh_ray_ids).run(parent)
+
+
+def import_libraries() -> None:
+    """The first part, before the job is known: LIBRARIES, then the COMPANIONS installed."""
+    for name in LIBRARIES:
+        importlib.import_module(name)
+    _import_where_installed(COMPANIONS)
+
+
+def import_ray_part() -> None:
+    """The second part, in the job's environment: Ray's worker, Tune (its actor classes with
+    IDs of their own) and hpo's trial wrapper, then the WORKER_EXTRAS installed."""
+    with _unseeded_actor_ids():
+        for name in RAY_MODULES:
+            importlib.import_module(name)
+        _import_where_installed(WORKER_EXTRAS)
 
 
 def _import_where_installed(names: tuple[str, ...]) -> None:

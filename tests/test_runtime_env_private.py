@@ -1,12 +1,15 @@
 """The embedded Ray's runtime-env agent off the way to the first trial (issue 36): Tune's
 trial actors carry no runtime env where every worker inherits its env_vars, the raylet is told
-the agent's port ahead, and the agent runs niced (hpo.driver.runtime_env_private)."""
+the agent's port ahead, and the agent starts once asked, at the driver's priority
+(hpo.driver.runtime_env_private, hpo.driver.agent_gate)."""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,11 +18,13 @@ import pytest
 import ray
 
 from hpo.cluster.node import descendants
+from hpo.driver import agent_gate
 from hpo.driver.ray_session import embedded_ray
-from hpo.driver.ray_start_private import niced_agent
 from hpo.driver.runtime_env_private import (
     AGENT_COMMAND,
     TUNE_DEFAULT_ENV,
+    gated_agent,
+    reserved_port,
     trial_actors_without_runtime_env,
     tune_env_vars,
     workers_environ,
@@ -56,15 +61,103 @@ def test_trial_actors_carry_no_runtime_env_only_where_workers_inherit_tunes_env_
     assert _declared_runtime_env({**inherits, "AWS_ACCESS_KEY_ID": "other"}) is not None
 
 
-def test_only_the_runtime_env_agents_command_is_niced() -> None:
+def test_only_the_runtime_env_agents_command_goes_through_the_gate() -> None:
     command = f"{AGENT_COMMAND}/py -u /ray/agent/main.py --node-id=ab"
-    niced = niced_agent(command, AGENT_COMMAND)
-    assert niced.startswith(AGENT_COMMAND)
-    assert niced[len(AGENT_COMMAND):].split()[1:3] == ["-n", "19"]
-    assert niced.endswith(" /py -u /ray/agent/main.py --node-id=ab")
+    gated = gated_agent(command, 4321)
+    assert gated.startswith(AGENT_COMMAND)
+    assert gated[len(AGENT_COMMAND):].split() == [
+        sys.executable, "-S", agent_gate.__file__, "4321",
+        "/py", "-u", "/ray/agent/main.py", "--node-id=ab"]
     for other in ("--dashboard_agent_command=/py agent.py", "--head",
                   "--python_worker_command=/py setup_worker.py"):
-        assert niced_agent(other, AGENT_COMMAND) == other
+        assert gated_agent(other, 4321) == other
+
+
+# An agent's stand-in: it says which process it is, at which priority.
+_AGENT = ("import os; print('agent', os.getpid(), os.getpriority(os.PRIO_PROCESS, 0), "
+          "flush=True)")
+
+
+def _gate(port: int, *agent_args: str) -> list[str]:
+    return [sys.executable, "-S", agent_gate.__file__, str(port),
+            sys.executable, "-c", _AGENT, *agent_args]
+
+
+def _listening(port: int, timeout_s: float = 60.0) -> bool:
+    """Whether a socket listens on `port` (within timeout_s), read from /proc, never by
+    connecting (which is what starts the agent)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+        if any(int(row[1].split(":")[1], 16) == port and row[3] == "0A" for row in rows):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _asked(port: int) -> None:
+    """Connect as the raylet does; the gate lets the connection go (reset) or has let go."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            pass
+    except ConnectionError:
+        pass
+
+
+def test_the_agent_starts_once_asked_as_the_same_process() -> None:
+    """The raylet watches the process it started: the agent is that process (exec), and
+    starts only once a connection comes, at the priority the gate was started with."""
+    with reserved_port() as port:  # held as the driver holds it
+        gate = subprocess.Popen(_gate(port, "--node-ip-address=127.0.0.1"),
+                                stdout=subprocess.PIPE, text=True)
+        listens = _listening(port)
+        still_gate = agent_gate.__file__.encode() in Path(f"/proc/{gate.pid}/cmdline").read_bytes()
+        _asked(port)
+        out, _ = gate.communicate(timeout=60)
+    assert listens and still_gate
+    assert out.split() == ["agent", str(gate.pid), str(os.getpriority(os.PRIO_PROCESS, 0))]
+
+
+@pytest.mark.parametrize("taken", [False, True])
+def test_the_agent_starts_at_once_where_the_gate_cannot_listen(taken: bool) -> None:
+    """Without the agent's address, or with its port taken by a listener, the gate cannot
+    see the raylet ask: the agent starts at once, as Ray would start it."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        args = ["--node-ip-address=127.0.0.1"] if taken else []
+        out = subprocess.run(_gate(port, *args), capture_output=True, text=True, timeout=60,
+                             check=True).stdout
+    assert out.startswith("agent ")
+
+
+def test_a_gate_ends_with_its_raylet() -> None:
+    """A gate whose raylet (its parent) is gone ends, and starts no agent."""
+    with reserved_port() as port:
+        starter = ("import subprocess, sys; "
+                   f"print(subprocess.Popen({_gate(port, '--node-ip-address=127.0.0.1')!r},"
+                   " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid, flush=True); "
+                   "sys.stdin.read()")  # until the test lets it end
+        raylet = subprocess.Popen([sys.executable, "-c", starter], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        assert raylet.stdout is not None and raylet.stdin is not None
+        gate = int(raylet.stdout.readline())
+        listens = _listening(port)
+        raylet.stdin.close()
+        raylet.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while _alive(gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ended = not _alive(gate)
+    assert listens and ended
+
+
+def _alive(pid: int) -> bool:
+    try:  # a zombie has ended: only its parent has not collected it yet
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 @ray.remote(num_cpus=0)
@@ -73,26 +166,33 @@ class _Probe:
         return os.environ.get(name)
 
 
-def test_the_agent_is_niced_on_the_port_the_raylet_was_told_and_serves_runtime_envs(
+def test_the_agent_starts_once_asked_at_the_drivers_priority_on_the_port_the_raylet_was_told(
         tmp_path: Path) -> None:
     """The raylet no longer waits for the agent's Python to bind a port: hpo holds a port
-    for the agent and writes its port file ahead. The agent listens on that port and serves
-    a runtime env asked of it (an actor's own env_vars)."""
+    for the agent and writes its port file ahead. The agent starts only once asked (a run
+    whose trials inherit Tune's variables asks nothing), at the driver's priority (at nice
+    19 it starved behind busy processes, and the raylet gave it up and ended the run),
+    listens on that port and serves a runtime env asked of it (an actor's own env_vars)."""
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
         workers_env = workers_environ()
         told = _agent_port_file()
-        agent = _runtime_env_agent()
+        gate = _runtime_env_agent()  # the gate's Python, with the agent's command in its own
+        waits = _listening(int(told)) and agent_gate.__file__ in _command(gate)
         given = [arg for arg in _command(_raylet()) if arg.startswith("--runtime_env_agent_port=")]
         own = _Probe.options(runtime_env={"env_vars": {"HPO_AGENT_TEST": "2"}}).remote()
         served = ray.get(own.seen.remote("HPO_AGENT_TEST"), timeout=120)
         with socket.create_connection((ray.util.get_node_ip_address(), int(told)), timeout=10):
             pass  # the agent listens on it (hpo's holder never listens)
+        agent = _runtime_env_agent()
+        became = agent_gate.__file__ not in _command(agent)
         niceness = int(Path(f"/proc/{agent}/stat").read_text().rsplit(")", 1)[1].split()[16])
     assert workers_env is not None and workers_env["PL_DISABLE_FORK"] == "1"
     assert workers_environ() is None  # once that Ray is gone
+    assert waits
     assert given == [f"--runtime_env_agent_port={told}"]
     assert served == "2"
-    assert niceness == 19
+    assert (agent, became) == (gate, True)  # the process the raylet started, now the agent
+    assert niceness == os.getpriority(os.PRIO_PROCESS, 0)
 
 
 @pytest.mark.slow

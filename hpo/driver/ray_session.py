@@ -48,7 +48,8 @@ def _lean_head(forks: fork_server.ForkServer | None,
     has none at all, so they are set for this call only. With a fork server, the raylet's
     worker command is its stub (hpo.driver.fork_server). `ray.init` also sees the node
     registered within 20 ms instead of Ray's 1 s look (hpo.driver.ray_start_private). Its
-    runtime-env agent gets agent_port, held for it, and runs niced (runtime_env_private)."""
+    runtime-env agent gets agent_port, held for it, and starts once asked
+    (runtime_env_private)."""
     def started(raylet_pid: int) -> None:
         runtime_env_private.note_raylet(raylet_pid)
         if forks is not None:

@@ -88,7 +88,7 @@ def lean_head(setup_worker: str | None = None,
     node) has no autoscaler monitor and no log monitor (and `setup_worker` as the raylet's
     worker command, when given), a head node starts no dashboard process, on_raylet (when
     given) is called with the raylet's pid as soon as it is started, agent_port (when given)
-    is told the raylet ahead as its runtime-env agent's, which then runs niced
+    is told the raylet ahead as its runtime-env agent's, which then starts once asked
     (hpo.driver.runtime_env_private), and `ray.init` sees the node registered within
     NODE_LOOK_S (with look_fast; without, Ray looks every second: hundreds of a Slurm job's
     nodes starting at once would ask the head's GCS thousands of times a second); restored
@@ -149,8 +149,8 @@ def lean_head(setup_worker: str | None = None,
                     command = [without_site(arg, setup_worker) for arg in command]
                 if minimal_agent():
                     command = [niced_agent(arg) for arg in command]
-                if agent_port:  # niced only where the raylet does not wait for it
-                    command = [niced_agent(arg, runtime_env_private.AGENT_COMMAND)
+                if agent_port:
+                    command = [runtime_env_private.gated_agent(arg, agent_port)
                                for arg in command]
             return original(command, process_type, *args, **kwargs)
         return start_ray_process
@@ -184,16 +184,16 @@ def agent_ports_ahead(session_dir: str, node_id: str) -> None:
         persist_port(session_dir, node_id, name, -1)
 
 
-def niced_agent(arg: str, command: str = AGENT_COMMAND) -> str:
-    """A raylet argument, with the agent's command it names (`command`: by default a minimal
-    dashboard agent's) run at the lowest CPU priority: it serves nothing while a run goes (a
-    minimal dashboard agent has no server; nobody asks the runtime-env agent anything), and
-    its start competed for the cores with the workers' fork server and the driver, on the
-    way to the first trial."""
+def niced_agent(arg: str) -> str:
+    """A raylet argument, with the minimal dashboard agent's command it names run at the
+    lowest CPU priority: it serves nothing while a run goes (it has no server; nothing waits
+    for it once its port files are written ahead), and its start competed for the cores with
+    the workers' fork server and the driver, on the way to the first trial."""
     nice = shutil.which("nice")
-    if not arg.startswith(command) or nice is None:
+    if not arg.startswith(AGENT_COMMAND) or nice is None:
         return arg
-    return command + subprocess.list2cmdline([nice, "-n", "19"]) + " " + arg[len(command):]
+    return (AGENT_COMMAND + subprocess.list2cmdline([nice, "-n", "19"]) + " "
+            + arg[len(AGENT_COMMAND):])
 
 
 def without_site(arg: str, setup_worker: str) -> str:

@@ -7,7 +7,8 @@ its runtime-env agent (a Python process with an HTTP server) before it starts ea
 at its start it waits until that agent has bound its port (1.1-1.2 s on 2 cores, while the
 agent imports Ray). In an embedded Ray every worker inherits the raylet's environment, which
 hpo gives those same values: the trial actors then carry no runtime env, nothing asks the agent,
-and the raylet is told the agent's port ahead, the agent started at the lowest CPU priority.
+and the raylet is told the agent's port ahead. The agent itself starts only once something asks
+for a runtime env (hpo.driver.agent_gate).
 
 Ray names none of these public; tests/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
@@ -21,8 +22,8 @@ Ray and fails loudly when one is gone or changed:
     SO_REUSEADDR, in ray/_private/runtime_env/agent/main.py), given by
     hpo.driver.ray_start_private's lean_head a port held for it (reserved_port), its file
     written ahead there (agent_port_ahead);
-  - services.start_raylet's raylet argument --runtime_env_agent_command=<command>, whose
-    Python lean_head runs niced (ray_start_private.niced_agent).
+  - services.start_raylet's raylet argument --runtime_env_agent_command=<command>, which
+    lean_head has start through hpo's gate (gated_agent).
 Ray is imported only when one of these is called.
 """
 
@@ -32,16 +33,19 @@ import contextlib
 import inspect
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from hpo.driver import agent_gate
 from hpo.driver.fork_server import environ_of
 from hpo.driver.ray_private import replaced, sets_or_defines
 
 RAY_VERSION = "2.60.0"  # the version these were read from
 
-AGENT_COMMAND = "--runtime_env_agent_command="  # the raylet's argument (niced by lean_head)
+AGENT_COMMAND = "--runtime_env_agent_command="  # the raylet's argument (gated by lean_head)
 # Tune's DEFAULT_ENV_VARS, which the embedded Ray's raylet (and so each worker) is given.
 TUNE_DEFAULT_ENV = {"PL_DISABLE_FORK": "1"}
 
@@ -63,6 +67,15 @@ def agent_port_ahead(session_dir: str, node_id: str, port: int) -> None:
     from ray._raylet import RUNTIME_ENV_AGENT_PORT_NAME, persist_port
 
     persist_port(session_dir, node_id, RUNTIME_ENV_AGENT_PORT_NAME, port)
+
+
+def gated_agent(arg: str, port: int) -> str:
+    """A raylet argument, with the runtime-env agent's command it names, whose port is `port`,
+    started once asked (hpo.driver.agent_gate)."""
+    if not arg.startswith(AGENT_COMMAND):
+        return arg
+    stub = [sys.executable, "-S", agent_gate.__file__, str(port)]
+    return AGENT_COMMAND + subprocess.list2cmdline(stub) + " " + arg[len(AGENT_COMMAND):]
 
 
 # The embedded Ray's raylet while it runs (None without one): its workers inherit its

@@ -1,0 +1,71 @@
+"""The embedded Ray's runtime-env agent, started only once something asks for a runtime env
+(hpo.driver.runtime_env_private): the raylet's agent command is
+
+    python -S <this file> PORT <the agent's own command>
+
+which listens on PORT, the agent's (hpo's driver holds it for the agent, never listening),
+until the raylet connects to ask, then lets the port go and becomes the agent (exec: the same
+process, which the raylet watches), at the raylet's own priority. The raylet retries a refused
+or reset connection until its agent answers, for 30 s. Where it cannot listen, it becomes the
+agent at once; it ends where the raylet has ended.
+
+Why not start the agent at once at nice 19, as hpo did: a niced agent starves behind any busy
+process on the node, and the raylet gives an agent that has not answered 30 s after it was
+first asked up, and exits, ending the run. Why not at once at nice 0: its Python imports Ray,
+0.7 CPU-s on the way to the first trial (util32's start 0.35 s later), or later in the run
+(util32's utilisation 0.01 lower at 10 s; docs/benchmarks.md), for an agent a run whose
+trials inherit Tune's variables never asks anything.
+
+It imports only the interpreter's own C modules, as hpo.driver.worker_stub does.
+"""
+
+import _socket
+import posix
+import select
+import sys
+
+LOOK_S = 0.5  # how often it looks whether the raylet still runs
+_ADDRESS = "--node-ip-address="  # the agent's argument: the address it binds
+
+
+def listening(command: list[str], port: int) -> _socket.socket | None:
+    """A socket listening where the agent `command` will (its node's address, `port`), None
+    where it cannot."""
+    address = next((arg[len(_ADDRESS):] for arg in command if arg.startswith(_ADDRESS)), None)
+    if address is None:
+        return None
+    try:
+        family, kind, proto, _, where = _socket.getaddrinfo(address, port, 0,
+                                                            _socket.SOCK_STREAM)[0]
+        listener = _socket.socket(family, kind, proto)  # closed by the exec (not inheritable)
+        listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        listener.bind(where)
+        listener.listen(64)
+    except OSError:
+        return None
+    return listener
+
+
+def asked(listener: _socket.socket, raylet: int) -> bool:
+    """Wait until a connection comes (True), or the raylet (this process's parent when it
+    started) has ended (False): its orphans go to another parent."""
+    while posix.getppid() == raylet != 1:
+        if select.select([listener], [], [], LOOK_S)[0]:
+            return True
+    return False
+
+
+def main(argv: list[str]) -> None:
+    raylet = posix.getppid()
+    port, command = int(argv[0]), argv[1:]
+    listener = listening(command, port)
+    if listener is not None:
+        called = asked(listener, raylet)
+        listener.close()  # the caller's connection is reset: the raylet asks again
+        if not called:
+            return
+    posix.execv(command[0], command)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

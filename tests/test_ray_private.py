@@ -20,7 +20,7 @@ ADAPTERS = ("hpo.trial.ray_private", "hpo.cluster.ray_private", "hpo.driver.ray_
             "hpo.driver.plugins.ray_internals", "hpo.driver.fork_server",
             "hpo.driver.fork_server_process", "hpo.driver.fork_server_child",
             "hpo.driver.fork_server_warm",
-            "hpo.driver.runtime_env_private")
+            "hpo.driver.runtime_env_private", "hpo.driver.dashboard_agent_private")
 # What only an adapter may name. A traceback's file path (storage_faults reads
 # 'ray/train/_internal/storage.py' in tracebacks' text) is text, not a reach: not matched.
 PRIVATE = ("ray._raylet", "ray._private", "ray.train._internal", "_handle_ray_actor_error",
@@ -257,7 +257,8 @@ def test_the_dashboard_dependency_look_agrees_with_rays_import(
 
     from ray._private import utils
 
-    from hpo.driver.ray_start_private import dashboard_deps_missing, lean_head
+    from hpo.driver.dashboard_agent_private import dashboard_deps_missing
+    from hpo.driver.ray_start_private import lean_head
 
     rays = utils.get_dashboard_dependency_error()
     with lean_head():

@@ -10,11 +10,6 @@ Ray and fails loudly when one is gone or changed:
     starts the dashboard's head process (with include_dashboard=False still, serving only
     Ray's usage statistics) and waits until it is up; replaced for a block by one that starts
     nothing and leaves Node._webui_url None, as Ray's own path does when that process fails;
-  - ray._private.utils.get_dashboard_dependency_error(), which Node.start_raylet calls to
-    choose the dashboard agent's --minimal flag by importing ray.dashboard.optional_deps
-    (aiohttp, OpenTelemetry, Prometheus: 0.2-0.7 s before the raylet starts): wrapped for a
-    block by a look for the top-level packages it imports, which answers at once where one
-    is not installed (its import would fail) and asks Ray's own import otherwise;
   - Node.start_raylet(self, ...), which records the raylet's process in
     Node.all_processes[PROCESS_TYPE_RAYLET]: wrapped for a block to hand its pid on (the fork
     server, hpo.driver.fork_server, then imports Ray while the node comes up), and
@@ -22,14 +17,8 @@ Ray and fails loudly when one is gone or changed:
   - ray._private.services.start_ray_process(command, process_type, ...), which
     services.start_raylet calls with the raylet's command, whose
     --python_worker_command=<list2cmdline([sys.executable, setup_worker_path, ...])> is the
-    worker command and --dashboard_agent_command=<command> the dashboard agent's: wrapped
-    for a block to start that Python with -S (no site), and a minimal agent niced;
-  - the port files a minimal dashboard agent (ray/dashboard/agent.py, DashboardAgent, started
-    with --minimal where get_dashboard_dependency_error() finds a package missing) writes
-    with ray._raylet.persist_port(dir, node_id, name, port) into Node._session_dir for
-    Node._node_id once it has started: -1 (no such service) for METRICS_AGENT_PORT_NAME,
-    METRICS_EXPORT_PORT_NAME and DASHBOARD_AGENT_LISTEN_PORT_NAME, which the raylet waits for
-    before it registers: written ahead for a block, in Node.start_raylet;
+    worker command: wrapped for a block to start that Python with -S (no site), and the
+    agents' commands as hpo.driver.dashboard_agent_private and runtime_env_private say;
   - ray._private.services.get_node(gcs_address, node_id), which Node.__init__ calls until
     the new raylet has registered: its C++ side (GlobalStateAccessor::GetNode) sleeps 1 s
     between looks, and the raylet registers 1-1.5 s after its start, so `ray.init` waited
@@ -44,16 +33,14 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-from hpo.driver import runtime_env_private
-from hpo.driver.ray_private import replaced, sets_or_defines, source_of, unknown_config_keys
+from hpo.driver import dashboard_agent_private, runtime_env_private
+from hpo.driver.ray_private import replaced, source_of, unknown_config_keys
 
 RAY_VERSION = "2.60.0"  # the version these were read from
 
@@ -76,8 +63,7 @@ NODE_WAIT_S = 30.0  # Ray's own limit (raylet_start_wait_time_s); then Ray's loo
 NODE_CONFIG = {"raylet_client_connect_timeout_milliseconds": 20,
                "raylet_client_num_connect_attempts": 500,
                "task_events_report_interval_ms": 0}
-WORKER_COMMAND = "--python_worker_command="  # the raylet's arguments
-AGENT_COMMAND = "--dashboard_agent_command="
+WORKER_COMMAND = "--python_worker_command="  # the raylet's argument
 
 
 @contextlib.contextmanager
@@ -87,14 +73,14 @@ def lean_head(setup_worker: str | None = None,
     """While the block runs, every RayParams built (the one `ray.init` builds to start its
     node) has no autoscaler monitor and no log monitor (and `setup_worker` as the raylet's
     worker command, when given), a head node starts no dashboard process, on_raylet (when
-    given) is called with the raylet's pid as soon as it is started, agent_port (when given)
+    given) is called with the raylet's pid as soon as it is started, a minimal dashboard
+    agent is kept off the way (hpo.driver.dashboard_agent_private), agent_port (when given)
     is told the raylet ahead as its runtime-env agent's, which then starts once asked
     (hpo.driver.runtime_env_private), and `ray.init` sees the node registered within
     NODE_LOOK_S (with look_fast; without, Ray looks every second: hundreds of a Slurm job's
     nodes starting at once would ask the head's GCS thousands of times a second); restored
     after."""
     from ray._private import ray_constants, services
-    from ray._private import utils as ray_utils
     from ray._private.node import Node
     from ray._private.parameter import RayParams
 
@@ -118,8 +104,8 @@ def lean_head(setup_worker: str | None = None,
 
     def told(original: Any) -> Any:
         def start_raylet(self: Any, *args: Any, **kwargs: Any) -> None:
-            if minimal_agent():
-                agent_ports_ahead(self._session_dir, self._node_id)
+            if dashboard_agent_private.minimal():
+                dashboard_agent_private.agent_ports_ahead(self._session_dir, self._node_id)
             if agent_port:
                 runtime_env_private.agent_port_ahead(self._session_dir, self._node_id, agent_port)
             original(self, *args, **kwargs)
@@ -135,20 +121,14 @@ def lean_head(setup_worker: str | None = None,
             return original(gcs_address, node_id)
         return get_node
 
-    def looked_up_first(original: Any) -> Any:
-        return lambda: dashboard_deps_missing() or original()
-
-    def minimal_agent() -> bool:
-        return ray_utils.get_dashboard_dependency_error() is not None
-
     def raylet_commands(original: Any) -> Any:
         def start_ray_process(command: list[str], process_type: str, *args: Any,
                               **kwargs: Any) -> Any:
             if process_type == ray_constants.PROCESS_TYPE_RAYLET:
                 if setup_worker:
                     command = [without_site(arg, setup_worker) for arg in command]
-                if minimal_agent():
-                    command = [niced_agent(arg) for arg in command]
+                if dashboard_agent_private.minimal():
+                    command = [dashboard_agent_private.niced_agent(arg) for arg in command]
                 if agent_port:
                     command = [runtime_env_private.gated_agent(arg, agent_port)
                                for arg in command]
@@ -159,41 +139,12 @@ def lean_head(setup_worker: str | None = None,
             replaced(Node, "start_raylet", told), \
             replaced(services, "get_node", looked_for_first if look_fast else _as_is), \
             replaced(services, "start_ray_process", raylet_commands), \
-            replaced(ray_utils, "get_dashboard_dependency_error", looked_up_first):
+            dashboard_agent_private.dependencies_looked_up_first():
         yield
 
 
 def _as_is(original: Any) -> Any:
     return original
-
-
-def agent_ports_ahead(session_dir: str, node_id: str) -> None:
-    """Write the port files a minimal dashboard agent writes once it has started: -1 each, no
-    such service. The raylet waits for them before it registers its node, and the agent's
-    Python took about 1 s to start on 2 cores, in the middle of everything else that `hpo
-    run` starts; it writes the same values when it is up."""
-    from ray._raylet import (
-        DASHBOARD_AGENT_LISTEN_PORT_NAME,
-        METRICS_AGENT_PORT_NAME,
-        METRICS_EXPORT_PORT_NAME,
-        persist_port,
-    )
-
-    for name in (METRICS_AGENT_PORT_NAME, METRICS_EXPORT_PORT_NAME,
-                 DASHBOARD_AGENT_LISTEN_PORT_NAME):
-        persist_port(session_dir, node_id, name, -1)
-
-
-def niced_agent(arg: str) -> str:
-    """A raylet argument, with the minimal dashboard agent's command it names run at the
-    lowest CPU priority: it serves nothing while a run goes (it has no server; nothing waits
-    for it once its port files are written ahead), and its start competed for the cores with
-    the workers' fork server and the driver, on the way to the first trial."""
-    nice = shutil.which("nice")
-    if not arg.startswith(AGENT_COMMAND) or nice is None:
-        return arg
-    return (AGENT_COMMAND + subprocess.list2cmdline([nice, "-n", "19"]) + " "
-            + arg[len(AGENT_COMMAND):])
 
 
 def without_site(arg: str, setup_worker: str) -> str:
@@ -232,30 +183,9 @@ def registered(gcs_address: str, node_id: str, wait_s: float = NODE_WAIT_S,
     return False
 
 
-def dashboard_deps_missing() -> ImportError | None:
-    """The ImportError Ray's get_dashboard_dependency_error would return where a top-level
-    package ray.dashboard.optional_deps imports is not installed, found without importing
-    any; None where all are (then only Ray's import can tell: a namespace package such as
-    opentelemetry may lack the part it imports)."""
-    import ast
-    import importlib.util
-
-    spec = importlib.util.find_spec("ray.dashboard.optional_deps")
-    if spec is None or spec.origin is None:
-        return ImportError("No module named 'ray.dashboard.optional_deps'")
-    tree = ast.parse(Path(spec.origin).read_text())
-    imported = [alias.name if isinstance(node, ast.Import) else node.module or ""
-                for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
-                for alias in node.names]  # in Ray's order: its error names the first missing
-    names = dict.fromkeys(name.split(".")[0] for name in imported if name)
-    missing = [name for name in names if importlib.util.find_spec(name) is None]
-    return ImportError(f"No module named {missing[0]!r}", name=missing[0]) if missing else None
-
-
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
     from ray._private import services
-    from ray._private import utils as ray_utils
     from ray._private.node import Node
     from ray._private.parameter import RayParams
     from ray._raylet import GcsClient
@@ -273,10 +203,6 @@ def missing() -> list[str]:
         gaps.append("Node.start_raylet, all_processes[PROCESS_TYPE_RAYLET], "
                     "RayParams.setup_worker_path")
     gaps += _worker_command_gaps()
-    if "ray._private.utils.get_dashboard_dependency_error()" not in \
-            inspect.getsource(services.start_raylet) or \
-            not callable(getattr(ray_utils, "get_dashboard_dependency_error", None)):
-        gaps.append("services.start_raylet calls utils.get_dashboard_dependency_error()")
     if list(inspect.signature(services.get_node).parameters) != ["gcs_address", "node_id"] or \
             "ray._private.services.get_node(" not in source_of(Node):
         gaps.append("Node.__init__ calls services.get_node(gcs_address, node_id)")
@@ -292,33 +218,9 @@ def _worker_command_gaps() -> list[str]:
     start_raylet = " ".join(inspect.getsource(services.start_raylet).split())
     shapes = ("start_worker_command = ( [ sys.executable, setup_worker_path, ]",
               f'f"{WORKER_COMMAND}{{subprocess.list2cmdline(start_worker_command)}}"',
-              f'"{AGENT_COMMAND}{{}}".format( subprocess.list2cmdline(dashboard_agent_command)',
               "start_ray_process( command, ray_constants.PROCESS_TYPE_RAYLET,")
     if list(inspect.signature(services.start_ray_process).parameters)[:2] != [
             "command", "process_type"] or not all(shape in start_raylet for shape in shapes):
         return ["services.start_raylet: --python_worker_command=[sys.executable, "
-                "setup_worker_path, ...] and --dashboard_agent_command= through "
-                "start_ray_process(command, process_type)"]
-    return _agent_port_gaps()
-
-
-def _agent_port_gaps() -> list[str]:
-    import ray._raylet
-    from ray._private.node import Node
-    from ray.dashboard.agent import DashboardAgent
-
-    agent = " ".join(inspect.getsource(DashboardAgent).split())
-    shapes = ("if not self.minimal: self._init_non_minimal() else:",
-              "persist_port( self.session_dir, self.node_id, METRICS_AGENT_PORT_NAME, -1, )",
-              "persist_port( self.session_dir, self.node_id, METRICS_EXPORT_PORT_NAME, -1, )",
-              "DASHBOARD_AGENT_LISTEN_PORT_NAME, self.listen_port if self.http_server and "
-              "launch_http_server else -1, )",
-              "# http_server is None in minimal.")
-    names = ("persist_port", "DASHBOARD_AGENT_LISTEN_PORT_NAME", "METRICS_AGENT_PORT_NAME",
-             "METRICS_EXPORT_PORT_NAME")
-    if not all(shape in agent for shape in shapes) or \
-            not all(hasattr(ray._raylet, name) for name in names) or \
-            not all(sets_or_defines(Node, name) for name in ("_session_dir", "_node_id")):
-        return ["a minimal DashboardAgent writes -1 to its three port files "
-                "(ray._raylet.persist_port) in Node._session_dir for Node._node_id"]
+                "setup_worker_path, ...] through start_ray_process(command, process_type)"]
     return []

@@ -63,11 +63,9 @@ def test_trial_actors_carry_no_runtime_env_only_where_workers_inherit_tunes_env_
 
 def test_only_the_runtime_env_agents_command_goes_through_the_gate() -> None:
     command = f"{AGENT_COMMAND}/py -u /ray/agent/main.py --node-id=ab"
-    gated = gated_agent(command, 4321)
-    assert gated.startswith(AGENT_COMMAND)
-    assert gated[len(AGENT_COMMAND):].split() == [
-        sys.executable, "-S", agent_gate.__file__, "4321",
-        "/py", "-u", "/ray/agent/main.py", "--node-id=ab"]
+    gate = subprocess.list2cmdline([sys.executable, "-S", agent_gate.__file__, "4321"])
+    assert gated_agent(command, 4321) == \
+        f"{AGENT_COMMAND}{gate} /py -u /ray/agent/main.py --node-id=ab"
     for other in ("--dashboard_agent_command=/py agent.py", "--head",
                   "--python_worker_command=/py setup_worker.py"):
         assert gated_agent(other, 4321) == other
@@ -81,6 +79,11 @@ _AGENT = ("import os; print('agent', os.getpid(), os.getpriority(os.PRIO_PROCESS
 def _gate(port: int, *agent_args: str) -> list[str]:
     return [sys.executable, "-S", agent_gate.__file__, str(port),
             sys.executable, "-c", _AGENT, *agent_args]
+
+
+def _as_a_raylet_starts_it(parent: int) -> dict[str, str]:
+    """The environment a raylet gives its agent: its own pid in RAY_RAYLET_PID."""
+    return {**os.environ, "RAY_RAYLET_PID": str(parent)}
 
 
 def _listening(port: int, timeout_s: float = 60.0) -> bool:
@@ -109,36 +112,48 @@ def test_the_agent_starts_once_asked_as_the_same_process() -> None:
     starts only once a connection comes, at the priority the gate was started with."""
     with reserved_port() as port:  # held as the driver holds it
         gate = subprocess.Popen(_gate(port, "--node-ip-address=127.0.0.1"),
-                                stdout=subprocess.PIPE, text=True)
-        listens = _listening(port)
-        still_gate = agent_gate.__file__.encode() in Path(f"/proc/{gate.pid}/cmdline").read_bytes()
-        _asked(port)
-        out, _ = gate.communicate(timeout=60)
+                                stdout=subprocess.PIPE, text=True,
+                                env=_as_a_raylet_starts_it(os.getpid()))
+        try:
+            listens = _listening(port)
+            still_gate = agent_gate.__file__.encode() in \
+                Path(f"/proc/{gate.pid}/cmdline").read_bytes()
+            _asked(port)
+            out, _ = gate.communicate(timeout=60)
+        finally:
+            gate.kill()
     assert listens and still_gate
     assert out.split() == ["agent", str(gate.pid), str(os.getpriority(os.PRIO_PROCESS, 0))]
 
 
-@pytest.mark.parametrize("taken", [False, True])
-def test_the_agent_starts_at_once_where_the_gate_cannot_listen(taken: bool) -> None:
-    """Without the agent's address, or with its port taken by a listener, the gate cannot
-    see the raylet ask: the agent starts at once, as Ray would start it."""
+def test_the_agent_starts_at_once_without_its_address() -> None:
+    """Without the agent's address the gate cannot listen where the raylet asks: the agent
+    starts at once, as Ray would start it."""
+    with reserved_port() as port:
+        out = subprocess.run(_gate(port), capture_output=True, text=True, timeout=60,
+                             check=True, env=_as_a_raylet_starts_it(os.getpid())).stdout
+    assert out.startswith("agent ")
+
+
+def test_the_agent_starts_at_once_where_its_port_is_taken() -> None:
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
         other.listen()
         port = other.getsockname()[1]
-        args = ["--node-ip-address=127.0.0.1"] if taken else []
-        out = subprocess.run(_gate(port, *args), capture_output=True, text=True, timeout=60,
-                             check=True).stdout
+        out = subprocess.run(_gate(port, "--node-ip-address=127.0.0.1"), capture_output=True,
+                             text=True, timeout=60, check=True,
+                             env=_as_a_raylet_starts_it(os.getpid())).stdout
     assert out.startswith("agent ")
 
 
 def test_a_gate_ends_with_its_raylet() -> None:
     """A gate whose raylet (its parent) is gone ends, and starts no agent."""
     with reserved_port() as port:
-        starter = ("import subprocess, sys; "
+        starter = ("import os, subprocess, sys; "
                    f"print(subprocess.Popen({_gate(port, '--node-ip-address=127.0.0.1')!r},"
-                   " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid, flush=True); "
-                   "sys.stdin.read()")  # until the test lets it end
+                   " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,"
+                   " env={**os.environ, 'RAY_RAYLET_PID': str(os.getpid())}).pid, flush=True);"
+                   " sys.stdin.read()")  # until the test lets it end
         raylet = subprocess.Popen([sys.executable, "-c", starter], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
         assert raylet.stdout is not None and raylet.stdin is not None
@@ -151,6 +166,16 @@ def test_a_gate_ends_with_its_raylet() -> None:
             time.sleep(0.05)
         ended = not _alive(gate)
     assert listens and ended
+
+
+def test_a_gate_whose_raylet_ended_before_it_started_ends() -> None:
+    """Its parent is then whoever adopted it, not the raylet it names (RAY_RAYLET_PID)."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, timeout=60, check=True).stdout
+    with reserved_port() as port:
+        done = subprocess.run(_gate(port, "--node-ip-address=127.0.0.1"), capture_output=True,
+                              text=True, timeout=60, env=_as_a_raylet_starts_it(int(gone)))
+    assert (done.returncode, done.stdout) == (0, "")
 
 
 def _alive(pid: int) -> bool:

@@ -5,9 +5,13 @@
 
 which listens on PORT, the agent's (hpo's driver holds it for the agent, never listening),
 until the raylet connects to ask, then lets the port go and becomes the agent (exec: the same
-process, which the raylet watches), at the raylet's own priority. The raylet retries a refused
-or reset connection until its agent answers, for 30 s. Where it cannot listen, it becomes the
-agent at once; it ends where the raylet has ended.
+process, which the raylet watches), at the raylet's own priority. The raylet's agent client
+(src/ray/raylet/runtime_env_agent_client.cc) retries a refused connection (NotFound) and a
+reset one (Disconnected) every agent_manager_retry_interval_ms (1 s) until the agent answers,
+for agent_register_timeout_ms (30 s) from the first ask: so the first runtime env asked waits
+1-2 s more than with an agent started ahead (tests/test_runtime_env_private.py asks one of the
+installed Ray). Where it cannot listen, it becomes the agent at once; it ends where the raylet
+has ended.
 
 Why not start the agent at once at nice 19, as hpo did: a niced agent starves behind any busy
 process on the node, and the raylet gives an agent that has not answered 30 s after it was
@@ -24,8 +28,9 @@ import posix
 import select
 import sys
 
-LOOK_S = 0.5  # how often it looks whether the raylet still runs
+LOOK_MS = 500  # how often it looks whether the raylet still runs
 _ADDRESS = "--node-ip-address="  # the agent's argument: the address it binds
+_RAYLET = b"RAY_RAYLET_PID"  # the raylet's pid, which it gives its agents (and workers)
 
 
 def listening(command: list[str], port: int) -> _socket.socket | None:
@@ -34,8 +39,8 @@ def listening(command: list[str], port: int) -> _socket.socket | None:
     address = next((arg[len(_ADDRESS):] for arg in command if arg.startswith(_ADDRESS)), None)
     if address is None:
         return None
-    try:
-        family, kind, proto, _, where = _socket.getaddrinfo(address, port, 0,
+    try:  # the agent's own look-up (as bytes: a str would import the idna codec, in Python)
+        family, kind, proto, _, where = _socket.getaddrinfo(address.encode(), port, 0,
                                                             _socket.SOCK_STREAM)[0]
         listener = _socket.socket(family, kind, proto)  # closed by the exec (not inheritable)
         listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
@@ -47,16 +52,18 @@ def listening(command: list[str], port: int) -> _socket.socket | None:
 
 
 def asked(listener: _socket.socket, raylet: int) -> bool:
-    """Wait until a connection comes (True), or the raylet (this process's parent when it
-    started) has ended (False): its orphans go to another parent."""
-    while posix.getppid() == raylet != 1:
-        if select.select([listener], [], [], LOOK_S)[0]:
+    """Wait until a connection comes (True), or the raylet has ended (False): this process
+    is the raylet's child until then, and its orphans go to another parent."""
+    looks = select.poll()
+    looks.register(listener.fileno(), select.POLLIN)
+    while posix.getppid() == raylet:
+        if looks.poll(LOOK_MS):
             return True
     return False
 
 
 def main(argv: list[str]) -> None:
-    raylet = posix.getppid()
+    raylet = int(posix.environ.get(_RAYLET, b"0")) or posix.getppid()
     port, command = int(argv[0]), argv[1:]
     listener = listening(command, port)
     if listener is not None:

@@ -23,7 +23,12 @@ Ray and fails loudly when one is gone or changed:
     hpo.driver.ray_start_private's lean_head a port held for it (reserved_port), its file
     written ahead there (agent_port_ahead);
   - services.start_raylet's raylet argument --runtime_env_agent_command=<command>, which
-    lean_head has start through hpo's gate (gated_agent).
+    lean_head has start through hpo's gate (gated_agent), which binds as the agent does
+    (its --node-ip-address=, the first of socket.getaddrinfo(address, port,
+    type=SOCK_STREAM)) and leaves the raylet's first ask refused or reset: the raylet's
+    agent client (C++, not checked here; the tests ask a runtime env of the embedded Ray)
+    retries both every second for 30 s; and the raylet's RAY_RAYLET_PID in the agent's
+    environment (ray/_private/process_watcher.py).
 Ray is imported only when one of these is called.
 """
 
@@ -177,6 +182,9 @@ def _agent_gaps(services: Any, node: Any, params: Any) -> list[str]:
               'f"--runtime_env_agent_port={runtime_env_agent_port}"')
     agent = " ".join(agent_main.read_text().split()) if agent_main.is_file() else ""
     shapes_agent = ("port = args.runtime_env_agent_port or 0",
+                    '"--node-ip-address",',
+                    "infos = socket.getaddrinfo(args.node_ip_address, port, "
+                    "type=socket.SOCK_STREAM) family, socktype, proto, _, sockaddr = infos[0]",
                     "sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)",
                     "persist_port( args.session_dir, args.node_id, RUNTIME_ENV_AGENT_PORT_NAME,")
     if not all(shape in start_raylet for shape in shapes) or \

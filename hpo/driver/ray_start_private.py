@@ -106,8 +106,6 @@ def lean_head(setup_worker: str | None = None,
         def start_raylet(self: Any, *args: Any, **kwargs: Any) -> None:
             if dashboard_agent_private.minimal():
                 dashboard_agent_private.agent_ports_ahead(self._session_dir, self._node_id)
-            if agent_port:
-                runtime_env_private.agent_port_ahead(self._session_dir, self._node_id, agent_port)
             original(self, *args, **kwargs)
             raylets.append(self.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process)
             if on_raylet:

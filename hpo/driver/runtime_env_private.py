@@ -4,11 +4,11 @@ reach into Ray's private parts for it, in one place, as read from Ray 2.60.0.
 Tune declares each trial actor with `runtime_env={"env_vars": ...}` (its default
 PL_DISABLE_FORK=1 and the driver's values of a few variables it propagates), so the raylet asks
 its runtime-env agent (a Python process with an HTTP server) before it starts each worker, and
-at its start it waits until that agent has bound its port (1.1-1.2 s on 2 cores, while the
-agent imports Ray). In an embedded Ray every worker inherits the raylet's environment, which
-hpo gives those same values: the trial actors then carry no runtime env, nothing asks the agent,
-and the raylet is told the agent's port ahead. The agent itself starts only once something asks
-for a runtime env (hpo.driver.agent_gate).
+at its start, unless told the agent's port, it waits until that agent has bound one (1.1-1.2
+s on 2 cores, while the agent imports Ray). In an embedded Ray every worker inherits the
+raylet's environment, which hpo gives those same values: the trial actors then carry no runtime
+env, nothing asks the agent, and the raylet is told the agent's port ahead. The agent itself
+starts only once something asks for a runtime env (hpo.driver.agent_gate).
 
 Ray names none of these public; tests/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
@@ -16,12 +16,10 @@ Ray and fails loudly when one is gone or changed:
     trainable with ray.remote(runtime_env={"env_vars": env_vars}) (env_vars: DEFAULT_ENV_VARS
     and the driver's values of ENV_VARS_TO_PROPAGATE), replaced for a block
     (trial_actors_without_runtime_env);
-  - RayParams.runtime_env_agent_port (0 or None: the agent binds any port and writes it with
-    ray._raylet.persist_port(dir, node_id, RUNTIME_ENV_AGENT_PORT_NAME, port) into
-    Node._session_dir, which the raylet waits for; a port given: the agent binds it, with
-    SO_REUSEADDR, in ray/_private/runtime_env/agent/main.py), given by
-    hpo.driver.ray_start_private's lean_head a port held for it (reserved_port), its file
-    written ahead there (agent_port_ahead);
+  - RayParams.runtime_env_agent_port (0 or None: the agent binds any port and writes it into
+    a port file, which the raylet waits for; a port given: the raylet goes on without the
+    agent, which binds that port with SO_REUSEADDR in ray/_private/runtime_env/agent/main.py),
+    given by hpo.driver.ray_start_private's lean_head a port held for it (reserved_port);
   - services.start_raylet's raylet argument --runtime_env_agent_command=<command>, which
     lean_head has start through hpo's gate (gated_agent), which binds as the agent does
     (its --node-ip-address=, the first of socket.getaddrinfo(address, port,
@@ -46,7 +44,7 @@ from typing import Any
 
 from hpo.driver import agent_gate
 from hpo.driver.fork_server import environ_of
-from hpo.driver.ray_private import replaced, sets_or_defines
+from hpo.driver.ray_private import replaced
 
 RAY_VERSION = "2.60.0"  # the version these were read from
 
@@ -64,14 +62,6 @@ def reserved_port() -> Iterator[int]:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         holder.bind(("", 0))
         yield int(holder.getsockname()[1])
-
-
-def agent_port_ahead(session_dir: str, node_id: str, port: int) -> None:
-    """Write the agent's port file, as the agent does once it has bound `port`: the raylet
-    then goes on without waiting for the agent's Python to start."""
-    from ray._raylet import RUNTIME_ENV_AGENT_PORT_NAME, persist_port
-
-    persist_port(session_dir, node_id, RUNTIME_ENV_AGENT_PORT_NAME, port)
 
 
 def gated_agent(arg: str, port: int) -> str:
@@ -149,7 +139,6 @@ def trial_actors_without_runtime_env(workers_env: Mapping[str, str] | None) -> I
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
     from ray._private import services
-    from ray._private.node import Node
     from ray._private.parameter import RayParams
     from ray.tune.execution import class_cache
 
@@ -164,14 +153,12 @@ def missing() -> list[str]:
             not isinstance(getattr(class_cache, "ENV_VARS_TO_PROPAGATE", None), set):
         gaps.append(f"class_cache.DEFAULT_ENV_VARS == {TUNE_DEFAULT_ENV}, "
                     "ENV_VARS_TO_PROPAGATE (a set)")
-    gaps += _agent_gaps(services, Node, RayParams)
+    gaps += _agent_gaps(services, RayParams)
     return gaps
 
 
-def _agent_gaps(services: Any, node: Any, params: Any) -> list[str]:
+def _agent_gaps(services: Any, params: Any) -> list[str]:
     import importlib.util
-
-    import ray._raylet
 
     spec = importlib.util.find_spec("ray._private.runtime_env.agent.main")
     agent_main = Path(spec.origin if spec and spec.origin else "")
@@ -185,16 +172,11 @@ def _agent_gaps(services: Any, node: Any, params: Any) -> list[str]:
                     '"--node-ip-address",',
                     "infos = socket.getaddrinfo(args.node_ip_address, port, "
                     "type=socket.SOCK_STREAM) family, socktype, proto, _, sockaddr = infos[0]",
-                    "sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)",
-                    "persist_port( args.session_dir, args.node_id, RUNTIME_ENV_AGENT_PORT_NAME,")
+                    "sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)")
     if not all(shape in start_raylet for shape in shapes) or \
             not all(shape in agent for shape in shapes_agent) or \
-            "runtime_env_agent_port" not in inspect.signature(params.__init__).parameters or \
-            not all(hasattr(ray._raylet, name)
-                    for name in ("persist_port", "RUNTIME_ENV_AGENT_PORT_NAME")) or \
-            not all(sets_or_defines(node, name)
-                    for name in ("_session_dir", "_node_id", "_ray_params")):
+            "runtime_env_agent_port" not in inspect.signature(params.__init__).parameters:
         return ["services.start_raylet: the runtime-env agent's port (RayParams."
-                "runtime_env_agent_port, its port file, the agent binding it with "
-                "SO_REUSEADDR) and --runtime_env_agent_command="]
+                "runtime_env_agent_port, the agent binding it with SO_REUSEADDR) and "
+                "--runtime_env_agent_command="]
     return []

@@ -29,12 +29,11 @@ from __future__ import annotations
 import contextlib
 import inspect
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.driver.ray_private import replaced, sets_or_defines
+from hpo.driver.ray_private import command_prefixed, replaced, sets_or_defines
 
 RAY_VERSION = "2.60.0"  # the version these were read from
 
@@ -105,10 +104,7 @@ def niced_agent(arg: str) -> str:
     for it once its port files are written ahead), and its start competed for the cores with
     the workers' fork server and the driver, on the way to the first trial."""
     nice = shutil.which("nice")
-    if not arg.startswith(AGENT_COMMAND) or nice is None:
-        return arg
-    return (AGENT_COMMAND + subprocess.list2cmdline([nice, "-n", "19"]) + " "
-            + arg[len(AGENT_COMMAND):])
+    return arg if nice is None else command_prefixed(arg, AGENT_COMMAND, [nice, "-n", "19"])
 
 
 def missing() -> list[str]:

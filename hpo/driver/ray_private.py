@@ -51,6 +51,7 @@ import contextlib
 import importlib
 import inspect
 import re
+import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -125,6 +126,14 @@ def replaced(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None
         yield
     finally:
         setattr(owner, name, original)
+
+
+def command_prefixed(arg: str, flag: str, prefix: list[str]) -> str:
+    """A raylet argument `flag`<command> (services.start_raylet's agent commands, a
+    list2cmdline) with `prefix` run before that command; any other argument as it is."""
+    if not arg.startswith(flag):
+        return arg
+    return flag + subprocess.list2cmdline(prefix) + " " + arg[len(flag):]
 
 
 @contextlib.contextmanager

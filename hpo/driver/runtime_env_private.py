@@ -36,7 +36,6 @@ import contextlib
 import inspect
 import os
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -44,7 +43,7 @@ from typing import Any
 
 from hpo.driver import agent_gate
 from hpo.driver.fork_server import environ_of
-from hpo.driver.ray_private import replaced
+from hpo.driver.ray_private import command_prefixed, replaced
 
 RAY_VERSION = "2.60.0"  # the version these were read from
 
@@ -67,10 +66,8 @@ def reserved_port() -> Iterator[int]:
 def gated_agent(arg: str, port: int) -> str:
     """A raylet argument, with the runtime-env agent's command it names, whose port is `port`,
     started once asked (hpo.driver.agent_gate)."""
-    if not arg.startswith(AGENT_COMMAND):
-        return arg
-    stub = [sys.executable, "-S", agent_gate.__file__, str(port)]
-    return AGENT_COMMAND + subprocess.list2cmdline(stub) + " " + arg[len(AGENT_COMMAND):]
+    return command_prefixed(arg, AGENT_COMMAND,
+                            [sys.executable, "-S", agent_gate.__file__, str(port)])
 
 
 # The embedded Ray's raylet while it runs (None without one): its workers inherit its

@@ -142,8 +142,8 @@ def test_a_server_started_ahead_serves_the_next_embedded_ray(tmp_path: Path) -> 
 
 
 def test_what_was_started_ahead_and_not_taken_ends_with_the_process(tmp_path: Path) -> None:
-    """... and starting it imports no Ray: hpo.driver.ray_session imports Ray local-only
-    (listening on loopback), which an earlier `import ray` loses (tests/test_loopback.py)."""
+    """... and starting it imports no Ray: hpo.driver.ray_session imports Ray later,
+    local-only (listening on loopback; tests/test_loopback.py)."""
     code = ("import sys\n"
             "from hpo.driver import fork_server\n"
             "fork_server.start_ahead()\n"

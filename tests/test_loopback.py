@@ -74,13 +74,25 @@ def test_is_loopback(address: str, loopback: bool) -> None:
     assert is_loopback(address) is loopback
 
 
+# A run from the CLI, and one from Python in a process that imported ray before hpo (a
+# notebook that builds its search space with ray.tune): Ray reads its local-only switch at
+# its import, so that run's Ray listened on all interfaces before hpo kept it on loopback.
+RUNS = {
+    "cli": ["-m", "hpo", "run", "{spec}", "--storage", "{storage}", "--cpus", "2"],
+    "python after import ray": [
+        "-c", "import ray, hpo; hpo.run({spec!r}, storage={storage!r}, num_cpus=2)"],
+}
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
-def test_a_plain_run_listens_on_loopback_only(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", sorted(RUNS))
+def test_a_plain_run_listens_on_loopback_only(tmp_path: Path, how: str) -> None:
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(SPEC))
     env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
-    proc = subprocess.Popen([sys.executable, "-m", "hpo", "run", str(tmp_path / "s.yaml"),
-                             "--storage", str(tmp_path / "r"), "--cpus", "2"], cwd=ROOT, env=env,
+    paths = {"spec": str(tmp_path / "s.yaml"), "storage": str(tmp_path / "r")}
+    proc = subprocess.Popen([sys.executable, *(arg.format(**paths) for arg in RUNS[how])],
+                            cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:

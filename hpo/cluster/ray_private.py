@@ -12,9 +12,10 @@ Ray and fails loudly when one is gone or changed:
     Ray caches its config and auth token when first imported; these read the environment
     again, as Ray's own `ray.init` does when it turns token auth on;
   - ray._private.ray_constants.ENABLE_RAY_CLUSTER, read by services.get_node_ip_address when
-    `ray.init(address=...)` resolves a loopback host (services.resolve_ip_for_localhost):
-    off, the host stays 127.0.0.1; on (Ray's default, where a process imported ray before
-    hpo's local-only import), it becomes the machine's address.
+    `ray.init(address=...)` resolves a loopback host (services.resolve_ip_for_localhost),
+    and when `ray.init` starts a node without an address: off, the host stays 127.0.0.1; on
+    (Ray's default, where a process imported ray before hpo's local-only import), it becomes
+    the machine's address.
 Ray is imported only when one of these is called (the CLI's help and validate import no Ray).
 """
 
@@ -67,8 +68,10 @@ def reload_auth_settings() -> None:
 @contextlib.contextmanager
 def loopback_kept() -> Iterator[None]:
     """While the block runs, `ray.init(address="127.0.0.1:PORT")` connects to 127.0.0.1 (a
-    warm local Ray listens there only), also in a process that imported ray before hpo: Ray
-    would connect to the machine's address instead, where nothing listens, and wait for 60 s."""
+    warm local Ray listens there only), and a `ray.init` that starts a node starts it on
+    127.0.0.1 (its servers listen there only), also in a process that imported ray before
+    hpo: Ray would connect to the machine's address instead, where nothing listens, and wait
+    for 60 s, or start its node listening on all interfaces."""
     from ray._private import ray_constants
 
     saved = ray_constants.ENABLE_RAY_CLUSTER

@@ -70,8 +70,8 @@ def _import_ray_local_only() -> None:
     `ray.init` keeps a loopback IP only in a local-only Ray (Ray's own switch,
     RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read once at `import ray`): so the embedded Ray binds
     to 127.0.0.1. The switch is unset at once: a Slurm job's srun'd `ray start`s inherit this
-    environment and would refuse to join. A process that imported ray before hpo keeps Ray's
-    default (all interfaces; token auth still applies)."""
+    environment and would refuse to join. In a process that imported ray before hpo, the
+    embedded Ray's start sets the switch's constant for its block instead (loopback_kept)."""
     if "ray" in sys.modules:
         return
     saved = os.environ.get(LOCAL_ONLY)
@@ -149,7 +149,9 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
         stack.callback(runtime_env_private.note_raylet, None)
         agent_port = stack.enter_context(runtime_env_private.reserved_port())
         workers_env = {**runtime_env_private.TUNE_DEFAULT_ENV, **(forks.env if forks else {})}
-        with _lean_head(forks, agent_port), environ_overlay(workers_env):
+        # loopback_kept: on 127.0.0.1 also where ray was imported before hpo (a notebook that
+        # builds its search space with ray.tune), which _import_ray_local_only cannot reach.
+        with _lean_head(forks, agent_port), environ_overlay(workers_env), loopback_kept():
             # Ray makes its temp dir world-writable (made for a shared /tmp/ray): give it a
             # child of the private run dir, so nobody else can enter it at any time.
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,

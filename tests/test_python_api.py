@@ -223,6 +223,25 @@ def test_a_second_run_reuses_the_embedded_ray_until_shutdown(tmp_path: Path) -> 
     assert not ray.is_initialized()
 
 
+def test_a_ray_this_process_started_is_used_and_left_running(tmp_path: Path) -> None:
+    """A notebook that called `ray.init` before `hpo.run`: hpo runs on that Ray, as Tune does,
+    and leaves it running for the notebook (Ray's "called ray.init twice" error before)."""
+    import ray
+
+    hpo.shutdown()
+    ray.init(num_cpus=CPUS, include_dashboard=False, log_to_driver=False)
+    try:
+        node = ray.get_runtime_context().get_node_id()
+        first = hpo.run(_spec(tmp_path, "one"), trainable=train, num_cpus=CPUS)
+        second = hpo.run(_spec(tmp_path, "two"), trainable=train)
+        assert ray.is_initialized() and ray.get_runtime_context().get_node_id() == node
+        assert first.best_config["x"] == second.best_config["x"] == 2
+        assert "running on the Ray this process's ray.init started" in \
+            (tmp_path / "two" / "hpo.log").read_text()
+    finally:
+        ray.shutdown()
+
+
 def ranks_with_data(config: dict[str, Any], data: np.ndarray) -> None:
     from hpo import dist
 

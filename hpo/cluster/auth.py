@@ -54,12 +54,17 @@ def environ_overlay(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
+# Tune's legacy reporter, silent at verbose=0: the new one prints its own tables and passes
+# by the live view (a TrialProgressCallback).
+TUNE_OUTPUT_ENV = {"RAY_AIR_NEW_OUTPUT": "0"}
+
+
 @contextlib.contextmanager
 def token_env(token: Path) -> Iterator[None]:
     """Token auth on for this process (Ray reads the token from the file), restored after."""
     try:
         with environ_overlay({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
-                              "RAY_AIR_NEW_OUTPUT": "0"}):  # legacy reporter: silent at verbose=0
+                              **TUNE_OUTPUT_ENV}):
             ray_private.reload_auth_settings()
             yield
     finally:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.cluster.auth import RayCluster, environ_overlay, new_token, token_env
+from hpo.cluster.auth import TUNE_OUTPUT_ENV, RayCluster, environ_overlay, new_token, token_env
 from hpo.cluster.ray_private import loopback_kept
 from hpo.cluster.slurm_env import rocm_visible
 from hpo.driver import (
@@ -244,12 +244,16 @@ def shutdown() -> None:
 @contextlib.contextmanager
 def embedded_ray(log_file: Path, num_cpus: int | None = None, num_gpus: int | None = None,
                  keep: bool = False) -> Iterator[dict[str, float]]:
-    """Start a private local Ray (or reuse the one an earlier run kept, if started alike),
-    yield its resources; then shut it down and remove its files, or with `keep`, leave it
-    running for the next run in this process."""
+    """Start a private local Ray (or reuse the one an earlier run kept, if started alike, or
+    the one this process's own `ray.init` started), yield its resources; then shut it down and
+    remove its files, or with `keep`, leave it running for the next run in this process."""
     global _kept, _kept_args
     import ray
 
+    if _kept is None and ray.is_initialized():
+        with _users_ray(log_file) as resources:
+            yield resources
+        return
     if _kept is not None and (_kept_args != (num_cpus, num_gpus) or not ray.is_initialized()):
         shutdown()
     stack, _kept, _kept_args = _kept or _start(num_cpus, num_gpus), None, None
@@ -269,6 +273,23 @@ def embedded_ray(log_file: Path, num_cpus: int | None = None, num_gpus: int | No
                 stack.close()  # Ray's stop and its fork server's last words go to hpo.log too
             finally:
                 stop_logging(handler)
+
+
+@contextlib.contextmanager
+def _users_ray(log_file: Path) -> Iterator[dict[str, float]]:
+    """The Ray this process's own `ray.init` started or joined (a notebook's), used as Tune
+    uses it: its resources, and it is left running. Its workers start as Ray starts them."""
+    import ray
+
+    handler = log_ray_to(log_file)
+    logging.getLogger("hpo.cluster").info(
+        "running on the Ray this process's ray.init started (%s CPUs); it stays running",
+        ray.cluster_resources().get("CPU", 0))
+    try:
+        with environ_overlay(TUNE_OUTPUT_ENV):
+            yield ray.cluster_resources()
+    finally:
+        stop_logging(handler)
 
 
 @contextlib.contextmanager

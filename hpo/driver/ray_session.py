@@ -30,7 +30,6 @@ from hpo.driver import (
     ray_start_private,
     runtime_env_private,
     warm_forks,
-    worker_stub,
 )
 from hpo.driver.ray_log import log_ray_to, stop_logging
 from hpo.driver.run_dir import private_run_dir
@@ -183,49 +182,20 @@ def _run_dir_and_forks(stack: contextlib.ExitStack) -> tuple[Path, fork_server.F
 @contextlib.contextmanager
 def _job_forks(cluster: RayCluster) -> Iterator[None]:
     """On a warm local Ray (hpo.cluster.warm): this driver's job's fork server
-    (hpo.driver.warm_forks) while the block runs; none where the node has no stubs, or its
-    raylet is gone or runs confined apart from this process."""
+    (hpo.driver.warm_forks) while the block runs; none where the node has no stubs."""
     if not cluster.fork_socket:
         yield
         return
     import ray
 
-    log = logging.getLogger("hpo.cluster")
-    if not warm_forks.confined_alike(cluster.raylet_pid):
-        fork_server.end_ahead()
-        log.info("workers start as Ray starts them: the warm Ray's raylet (pid %d) is gone, or "
-                 "runs in another Slurm step, on other CPUs, or with other limits or "
-                 "namespaces than this run", cluster.raylet_pid)
-        yield
-        return
-    with contextlib.ExitStack() as stack:
-        job = ray.get_runtime_context().get_job_id()
-        try:
-            forks = _warm_server(stack, cluster.raylet_pid)
-            if forks is not None:
-                forks.start(cluster.raylet_pid, job,
-                            link=Path(cluster.fork_socket.replace(worker_stub.JOB.decode(), job)))
-        except OSError as error:  # no temp folder, the raylet gone, the warm folder gone
-            log.warning("workers start as Ray starts them: no fork server for this run (%s)",
-                        error)
-            forks = None
+    job = ray.get_runtime_context().get_job_id()
+    with warm_forks.job_server(cluster, job) as forks, contextlib.ExitStack() as stack:
         if forks is not None:
             _set_forks(forks)
             stack.callback(_set_forks, None)
             runtime_env_private.note_raylet(cluster.raylet_pid)
             stack.callback(runtime_env_private.note_raylet, None)
         yield
-
-
-def _warm_server(stack: contextlib.ExitStack, raylet_pid: int) -> fork_server.ForkServer | None:
-    """The server `hpo run` started ahead (warm_forks.start_ahead), or a new one in the
-    raylet's environment; the stack ends it."""
-    ahead = fork_server.taken_ahead()
-    if ahead is not None:
-        stack.enter_context(ahead[0])
-        return ahead[2]
-    run_dir = stack.enter_context(private_run_dir())
-    return stack.enter_context(fork_server.serving(run_dir, fork_server.workers_env(raylet_pid)))
 
 
 def _set_forks(forks: fork_server.ForkServer | None) -> None:

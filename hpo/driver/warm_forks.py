@@ -11,12 +11,16 @@ library paths, the hash seed), not the run's.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from hpo.cluster.auth import RayCluster
-from hpo.driver import fork_server
+from hpo.driver import fork_server, worker_stub
+from hpo.driver.run_dir import private_run_dir
 
 # A Slurm step's part of a cgroup path (v1: /slurm/uid_1/job_2/step_0; v2:
 # /system.slice/slurmstepd.scope/job_2/step_0/user/task_0): what a step confines.
@@ -56,3 +60,40 @@ def start_ahead(cluster: RayCluster) -> None:
         except OSError:  # the raylet ended meanwhile: the run finds no Ray
             return
         fork_server.start_ahead(env)
+
+
+@contextlib.contextmanager
+def job_server(cluster: RayCluster, job: str) -> Iterator[fork_server.ForkServer | None]:
+    """The fork server of this driver's job (hex id `job`) while the block runs, linked where
+    the warm node's stubs look for that job's; None where the raylet is gone or runs confined
+    apart from this process, or the server cannot start: Ray then starts the workers."""
+    log = logging.getLogger("hpo.cluster")
+    if not confined_alike(cluster.raylet_pid):
+        fork_server.end_ahead()
+        log.info("workers start as Ray starts them: the warm Ray's raylet (pid %d) is gone, or "
+                 "runs in another Slurm step, on other CPUs, or with other limits or "
+                 "namespaces than this run", cluster.raylet_pid)
+        yield None
+        return
+    with contextlib.ExitStack() as stack:
+        try:
+            forks = _server(stack, cluster.raylet_pid)
+            if forks is not None:
+                forks.start(cluster.raylet_pid, job,
+                            link=Path(cluster.fork_socket.replace(worker_stub.JOB.decode(), job)))
+        except OSError as error:  # no temp folder, the raylet gone, the warm folder gone
+            log.warning("workers start as Ray starts them: no fork server for this run (%s)",
+                        error)
+            forks = None
+        yield forks
+
+
+def _server(stack: contextlib.ExitStack, raylet_pid: int) -> fork_server.ForkServer | None:
+    """The server `hpo run` started ahead (start_ahead), or a new one in the raylet's
+    environment; the stack ends it."""
+    ahead = fork_server.taken_ahead()
+    if ahead is not None:
+        stack.enter_context(ahead[0])
+        return ahead[2]
+    run_dir = stack.enter_context(private_run_dir())
+    return stack.enter_context(fork_server.serving(run_dir, fork_server.workers_env(raylet_pid)))

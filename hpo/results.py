@@ -162,7 +162,8 @@ def _table(exp_dir: Path, spec: dict[str, Any], trials: list[_Trial]) -> pd.Data
     if frame.empty:
         return frame
     metric, mode = goals[0]
-    order, ascending = [f"best_{metric}"], [mode == "min"]
+    # A tie goes to the smaller trial id, as in the live view (hpo.driver.plugins.progress).
+    order, ascending = [f"best_{metric}", "trial_id"], [mode == "min", True]
     if len(goals) > 1:  # the front first, each part by the first objective's last value
         frame = _mark_front(frame, goals)
         order, ascending = ["pareto_front", f"last_{metric}"], [False, mode == "min"]

@@ -146,3 +146,28 @@ def test_parallel_coordinates_put_a_log_parameter_on_a_log_axis() -> None:
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert labels == ["lr\n(log)", "noise", "score"] and "0.001" in texts
+
+
+def test_a_tie_goes_to_the_same_trial_in_the_live_view_and_the_results(tmp_path: Path) -> None:
+    """Trials that reach the same best value: `hpo best` (the table's first row) and the live
+    view's "best" name one trial, the smaller trial id, whichever reported first and whatever
+    order the snapshot lists them in."""
+    from types import SimpleNamespace
+
+    from hpo.driver.plugins.progress import LiveProgress
+
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "hpo-spec.yaml").write_text(yaml.safe_dump(
+        {"name": "exp", "trainable": "a:b", "metric": "loss", "mode": "min",
+         "search_space": {"x": {"uniform": [0.0, 1.0]}}}))
+    trials = [_write_trial(exp, f"ab_0000{i}", "TERMINATED", x, [{"loss": 1.0}])
+              for i, x in ((2, 0.3), (1, 0.2), (0, 0.1))]
+    state = {"trial_data": [[json.dumps(t), "{}"] for t in trials]}
+    (exp / "experiment_state-2026-01-01_00-00-00.json").write_text(json.dumps(state))
+    assert hpo.load(exp).best_config == {"x": 0.1}
+    view = LiveProgress([("loss", "min")], total=3)
+    for i, x in ((2, 0.3), (0, 0.1), (1, 0.2)):  # the order results arrive in
+        trial = SimpleNamespace(trial_id=f"ab_0000{i}", status="TERMINATED", config={"x": x})
+        view.on_trial_result(1, [trial], trial, {"loss": 1.0, "training_iteration": 1})
+    assert view._best == (1.0, "ab_00000", {"x": 0.1})

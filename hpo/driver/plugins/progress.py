@@ -64,7 +64,7 @@ class LiveProgress(TrialProgressCallback):
         self._latest[trial.trial_id] = result
         value = result.get(self.metric)
         one = len(self.objectives) == 1
-        if one and isinstance(value, (int, float)) and (self._best is None or self._better(value)):
+        if one and isinstance(value, (int, float)) and self._better(value, trial.trial_id):
             self._best = (float(value), trial.trial_id, dict(trial.config))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -75,8 +75,14 @@ class LiveProgress(TrialProgressCallback):
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._latest.pop(trial.trial_id, None)  # the summary lists failed trials
 
-    def _better(self, value: float) -> bool:
-        best = self._best[0]  # type: ignore[index]
+    def _better(self, value: float, trial_id: str) -> bool:
+        """Better than the best so far; a tie goes to the smaller trial id, as in the results
+        table (hpo.results): the view and `hpo best` name the same trial."""
+        if self._best is None:
+            return True
+        best, best_id = self._best[0], self._best[1]
+        if value == best:
+            return trial_id < best_id
         return value > best if self.mode == "max" else value < best
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:

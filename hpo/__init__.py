@@ -28,6 +28,7 @@ from hpo.errors import (
     SlurmEnvironmentError,
     StorageError,
     TrainableImportError,
+    TrialErrorsWarning,
 )
 from hpo.trial.session import get_checkpoint, report
 
@@ -71,7 +72,7 @@ if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
 __all__ = [
     "ClusterStartError", "ConfigError", "ExperimentError", "HpoError", "LeaseError",
     "NotRunningError", "RunError", "SlurmEnvironmentError", "StorageError",
-    "TrainableImportError",
+    "TrainableImportError", "TrialErrorsWarning",
     "get_checkpoint", "load", "load_checkpoint", "load_spec", "report", "resume", "run",
     "shutdown", "with_parameters",
 ]
@@ -172,9 +173,9 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Callable[..., An
     """
     from hpo.driver.runner import run as _run
 
-    return _run(spec, trainable=trainable, parameters=parameters, callbacks=callbacks,
-                storage=storage, name=name, num_cpus=num_cpus, source=source, cluster=cluster,
-                keep_ray=keep_ray, time_limit_s=time_limit_s)
+    return _said(_run(spec, trainable=trainable, parameters=parameters, callbacks=callbacks,
+                      storage=storage, name=name, num_cpus=num_cpus, source=source,
+                      cluster=cluster, keep_ray=keep_ray, time_limit_s=time_limit_s))
 
 
 def resume(experiment_dir: str | Path, *, trainable: Callable[..., Any] | None = None,
@@ -199,9 +200,19 @@ def resume(experiment_dir: str | Path, *, trainable: Callable[..., Any] | None =
     """
     from hpo.driver.runner import resume as _resume
 
-    return _resume(experiment_dir, trainable=trainable, parameters=parameters,
-                   num_cpus=num_cpus, cluster=cluster, keep_ray=keep_ray,
-                   time_limit_s=time_limit_s)
+    return _said(_resume(experiment_dir, trainable=trainable, parameters=parameters,
+                         num_cpus=num_cpus, cluster=cluster, keep_ray=keep_ray,
+                         time_limit_s=time_limit_s))
+
+
+def _said(result: RunResult) -> RunResult:
+    """The result, with a TrialErrorsWarning (the `hpo` command's error line) where trials
+    failed after their retries: the caller gets the others' results and hears why."""
+    if result.errors:
+        import warnings
+
+        warnings.warn(result.errors_summary(), TrialErrorsWarning, stacklevel=3)
+    return result
 
 
 def with_parameters(trainable: Callable[..., Any], **objects: Any) -> WithParameters:

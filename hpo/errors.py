@@ -62,3 +62,8 @@ class StorageError(HpoError):
     """The experiment's file system is full, over quota or no longer writable."""
 
     exit_code = 4
+
+
+class TrialErrorsWarning(UserWarning):
+    """From Python: a run returned with trials that failed after their retries (its result
+    holds the others); the `hpo` command says it as an error line and exits 1 instead."""

@@ -223,6 +223,21 @@ def test_a_second_run_reuses_the_embedded_ray_until_shutdown(tmp_path: Path) -> 
     assert not ray.is_initialized()
 
 
+def fails_after_reporting(config: dict[str, Any]) -> None:
+    hpo.report({"score": config["x"]})
+    raise ValueError("boom in the trainable")
+
+
+def test_failed_trials_are_a_warning_with_their_cause_from_python(tmp_path: Path) -> None:
+    """From Python the run returns what the trials reported, and says that they failed and
+    why (the `hpo` command's error line, which it exits 1 after): silent before."""
+    said = r"2 trial\(s\) failed after their retries .*First: ValueError: boom in the trainable"
+    with pytest.warns(hpo.TrialErrorsWarning, match=said):
+        result = hpo.run(_spec(tmp_path, "fails"), trainable=fails_after_reporting,
+                         num_cpus=CPUS)
+    assert result.errors == 2 and result.best_config == {"x": 2}
+
+
 def test_a_ray_this_process_started_is_used_and_left_running(tmp_path: Path) -> None:
     """A notebook that called `ray.init` before `hpo.run`: hpo runs on that Ray, as Tune does,
     and leaves it running for the notebook (Ray's "called ray.init twice" error before)."""

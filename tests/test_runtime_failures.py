@@ -59,6 +59,7 @@ def test_failing_trials_are_reported_with_their_cause(tmp_path: Path) -> None:
     assert named and set(named.groups()) == trials, line  # each failed trial, by its id
     assert "First: RuntimeError: boom in the trainable Hint:" in line
     assert "ERROR" in stdout  # the results table still shows what ran
+    assert "TrialErrorsWarning" not in stderr  # Python's warning: said once, as the line
     # What a failed trial printed last is kept in its folder, though it was never flushed.
     kept = [path.read_text() for path in (tmp_path / "results" / "crashes").glob("*/stdout")]
     assert len(kept) == 2 and all("about to fail" in text for text in kept), kept

@@ -19,6 +19,7 @@ from hpo.cli._shared import (
     out,
     print_table,
     state,
+    trial_errors_said_by_finish,
 )
 from hpo.cli.install import install_app
 from hpo.cli.local import local_app
@@ -106,8 +107,10 @@ def run(space: Path, storage: str | None = typer.Option(None, help="Results root
         spec = hpo.load_spec(space, overrides)  # a bad spec (0.1 s): nothing started
         cluster = _warm_or_forks_ahead(cpus)
         # one process, one run: Ray ends with it (a warm one, `hpo local up`, keeps running)
-        result = hpo.run(spec, storage=storage, name=name, num_cpus=cpus, source=str(space),
-                         time_limit_s=time_limit, keep_ray=False, cluster=cluster)
+        with trial_errors_said_by_finish():
+            result = hpo.run(spec, storage=storage, name=name, num_cpus=cpus,
+                             source=str(space), time_limit_s=time_limit, keep_ray=False,
+                             cluster=cluster)
     finish(result)
 
 
@@ -141,8 +144,9 @@ def resume(experiment_dir: Path,
         cluster = _warm_or_forks_ahead(cpus)
         import hpo
 
-        result = hpo.resume(experiment_dir, num_cpus=cpus, time_limit_s=time_limit,
-                            keep_ray=False, cluster=cluster)
+        with trial_errors_said_by_finish():
+            result = hpo.resume(experiment_dir, num_cpus=cpus, time_limit_s=time_limit,
+                                keep_ray=False, cluster=cluster)
     if result.finished_already:
         err.print(f"hpo: {result.path} has finished: all {len(result.dataframe)} trial(s) ran "
                   f"to their end, nothing to resume. Hint: `hpo best {result.path}`",

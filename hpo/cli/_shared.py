@@ -10,7 +10,8 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ from rich.table import Table
 from hpo.driver import fork_server
 from hpo.driver.guards.start_stop import StoppedAtStart
 from hpo.driver.guards.storage_faults import storage_error
-from hpo.errors import ExperimentError, HpoError
+from hpo.errors import ExperimentError, HpoError, TrialErrorsWarning
 
 if TYPE_CHECKING:  # pandas: imported where a table is made, not at the CLI's start
     import pandas as pd
@@ -87,6 +88,15 @@ def _exit_at_once(code: int) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(code)
+
+
+@contextlib.contextmanager
+def trial_errors_said_by_finish() -> Iterator[None]:
+    """No TrialErrorsWarning from hpo.run/resume while the block runs: `finish` says it as
+    the error line, and exits 1."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TrialErrorsWarning)
+        yield
 
 
 def finish(result: Any) -> None:

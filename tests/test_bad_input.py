@@ -530,3 +530,19 @@ def test_a_searched_q_range_is_checked_at_its_lowest_draw(tmp_path: Path, search
             result.output), result.output
     else:
         assert result.exit_code == 0, result.output
+
+
+def test_an_object_in_constants_is_one_config_error_from_python(tmp_path: Path) -> None:
+    """A NumPy array in `constants` (only Python can put one there) is refused with its key
+    and where such objects go, before anything starts: a raw pydantic serialization error
+    and an empty experiment folder before."""
+    import numpy as np
+
+    import hpo
+
+    spec = {"name": "objs", "metric": "a", "mode": "max", "storage": str(tmp_path),
+            "search_space": {"x": {"grid": [1]}}, "constants": {"data": {"train": [np.ones(3)]}}}
+    with pytest.raises(hpo.ConfigError, match=r"constants\.data: a numpy\.ndarray cannot go "
+                       r"into the experiment's YAML\. Hint: pass arrays.*parameters="):
+        hpo.run(spec, trainable=lambda config: None)
+    assert not (tmp_path / "objs").exists()

@@ -11,6 +11,7 @@ import difflib
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from hpo.errors import ConfigError
 
@@ -106,3 +107,17 @@ def config_error(source: str, exc: ValidationError) -> ConfigError:
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more problem(s) after this one)"
     return ConfigError(source, path, message, hint)
+
+
+def unwritable(value: Any) -> str | None:
+    """The type of the first part of `value` that the experiment's YAML cannot hold (a NumPy
+    array, a DataFrame, a model), as module.name; None where all of it can."""
+    parts = value.values() if isinstance(value, dict) else \
+        value if isinstance(value, (list, tuple)) else None
+    if parts is not None:
+        return next((kind for part in parts if (kind := unwritable(part))), None)
+    try:
+        to_jsonable_python(value)
+    except PydanticSerializationError:
+        return f"{type(value).__module__}.{type(value).__qualname__}"
+    return None

@@ -18,7 +18,7 @@ from pydantic import (
 )
 
 from hpo.errors import ConfigError
-from hpo.spec._validation import FieldProblem, Strict
+from hpo.spec._validation import FieldProblem, Strict, unwritable
 from hpo.spec.distributions import Distribution
 from hpo.spec.growth import check_growth
 from hpo.spec.objectives import check_metric, check_mode, check_objectives, pairs
@@ -198,10 +198,15 @@ class Spec(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Spec:
-        for key in self.constants:
+        for key, value in self.constants.items():
             if key in self.search_space:
                 raise FieldProblem(f"constants.{key}", "is also in search_space",
                                    "keep each key in one of the two")
+            if kind := unwritable(value):
+                raise FieldProblem(f"constants.{key}", f"a {kind} cannot go into the "
+                                   "experiment's YAML", "pass arrays, datasets and models "
+                                   "with hpo.run(..., parameters=...): they reach every trial "
+                                   "by reference")
         try:
             self.search.check_space(self.search_space)
         except FieldProblem as problem:

@@ -68,8 +68,13 @@ def test_existing_experiment_is_never_overwritten(tmp_path: Path) -> None:
     (tmp_path / "exists" / "hpo-spec.yaml").write_text("name: exists\n")
     spec = {"name": "exists", "trainable": "tests/study_trainables.py:steady",
             "metric": "score", "mode": "max", "storage": str(tmp_path)}
-    with pytest.raises(hpo.ExperimentError, match="already exists.*hpo resume"):
+    with pytest.raises(hpo.ExperimentError, match="already exists.*`hpo resume .*--name"):
         hpo.run(spec)
+    # a trainable from Python: the hint is Python's, which the run can be resumed with
+    spec.pop("trainable")
+    with pytest.raises(hpo.ExperimentError,
+                       match=r"already exists.*hpo\.resume\('.*', trainable=.*name="):
+        hpo.run(spec, trainable=lambda config: None)
     assert (tmp_path / "exists" / "hpo-spec.yaml").read_text() == "name: exists\n"
 
 

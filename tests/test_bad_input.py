@@ -191,7 +191,7 @@ CASES = [
     Case("missing-metric", sub("metric: val_accuracy\n", ""), "metric", extra=("missing",)),
     Case("missing-mode", sub("mode: max\n", ""), "mode", extra=("missing",)),
     Case("missing-trainable", sub("trainable: trainables.digits:train\n", ""), "trainable",
-         extra=("missing",)),
+         extra=("missing", "hpo.run(spec, trainable=train)")),
     Case("missing-scheduler-type", sub("  type: asha\n", ""), "scheduler.type",
          extra=("missing",)),
     # --- bad distributions ----------------------------------------------------------------
@@ -546,3 +546,18 @@ def test_an_object_in_constants_is_one_config_error_from_python(tmp_path: Path) 
                        r"into the experiment's YAML\. Hint: pass arrays.*parameters="):
         hpo.run(spec, trainable=lambda config: None)
     assert not (tmp_path / "objs").exists()
+
+
+@pytest.mark.parametrize("parameters", [[1, 2], {"not a name": 1}])
+def test_parameters_that_are_no_keyword_mapping_are_one_config_error(
+        tmp_path: Path, parameters: object) -> None:
+    """`parameters=` from Python must map keyword names to objects: one line naming it,
+    before anything starts (a raw TypeError from deep in the run before)."""
+    import hpo
+
+    spec = {"name": "params", "metric": "a", "mode": "max", "storage": str(tmp_path),
+            "search_space": {"x": {"grid": [1]}}}
+    with pytest.raises(hpo.ConfigError, match=r"parameters: must map keyword names to "
+                       r"objects .*Hint: e\.g\. hpo\.run"):
+        hpo.run(spec, trainable=lambda config, **objects: None, parameters=parameters)
+    assert not (tmp_path / "params").exists()

@@ -8,6 +8,7 @@ one-line ConfigError naming the YAML path."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from hpo.driver.trainable import check_findable, resets_config
@@ -24,6 +25,20 @@ def before_ray(spec: Spec, source: str) -> None:
         check_findable(spec.trainable, source)
     check_batch_keys(spec, source)
     spec.tracking.check_login(source, os.environ)  # W&B online needs its key: before Ray
+
+
+def check_parameters(parameters: Any, source: str) -> None:
+    """`parameters=` maps the trainable's keyword names to objects (a raw TypeError from deep
+    in the run before)."""
+    if parameters is None:
+        return
+    if not isinstance(parameters, Mapping) or not all(
+            isinstance(key, str) and key.isidentifier() for key in parameters):
+        got = type(parameters).__name__ if not isinstance(parameters, Mapping) else \
+            f"keys {list(parameters)[:5]!r}"
+        raise ConfigError(source, "parameters", f"must map keyword names to objects (got "
+                          f"{got})", "e.g. hpo.run(spec, trainable=train, "
+                          "parameters={'data': array}) calls train(config, data=array)")
 
 
 def with_trainable(spec: Spec, source: str, func: Any) -> None:

@@ -25,7 +25,7 @@ from hpo.driver.guards.start_stop import (
 )
 from hpo.driver.guards.storage_faults import check_resumable, storage_guard
 from hpo.driver.guards.walltime import WalltimeGuard, active
-from hpo.driver.outcome import LOG_FILE, RunResult, missing_metric, outcome
+from hpo.driver.outcome import LOG_FILE, RunResult, missing_metric, outcome, resume_hint
 from hpo.driver.ray_actors_private import start_cap
 from hpo.driver.ray_session import connected_ray, embedded_ray, preload_for, starts_per_core
 from hpo.driver.trainable import python_name
@@ -105,6 +105,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
     """
     spec, source = _as_spec(spec, source, trainable)
     preflight.before_ray(spec, source)
+    preflight.check_parameters(parameters, source)
     guard = _walltime(spec, source, time_limit_s)
     exp_dir = Path(storage or spec.storage).expanduser().resolve() / (name or spec.name)
     made_here = not exp_dir.exists()
@@ -113,8 +114,8 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
         with start_stops(), storage_guard(exp_dir), experiment_lease(exp_dir):
             if (exp_dir / SPEC_FILE).exists():
                 raise ExperimentError(f"{exp_dir}: an experiment already exists here. Hint: "
-                                      f"`hpo resume {exp_dir}` continues it; --name starts "
-                                      "another")
+                                      f"{resume_hint(exp_dir, spec)} continues it; another "
+                                      "name starts a new one (--name; name= in hpo.run)")
             mirror = _optuna_mirror(spec, source, exp_dir.name)  # a bad optuna_storage fails
             with _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster, parameters,
                                     keep_ray) as tune_trainable:
@@ -176,6 +177,7 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
     source = str(exp_dir / SPEC_FILE)
     spec = _saved_spec(exp_dir, source, trainable)
     preflight.before_ray(spec, source)
+    preflight.check_parameters(parameters, source)
     check_resumable(exp_dir)  # a damaged state: its one line, before anything reads it
     if _finished(exp_dir, spec):  # nothing to continue: no Ray, the results as they are
         return dataclasses.replace(outcome(exp_dir, spec), finished_already=True)

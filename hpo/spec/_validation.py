@@ -86,7 +86,9 @@ def _describe(err: dict[str, Any]) -> tuple[str, str, str]:
     if isinstance(problem, FieldProblem):
         return _dotted(loc, problem.field), problem.message, problem.hint
     if kind == "missing":
-        return _dotted(loc), "missing required key", "add it to the YAML"
+        where = " (from Python: or hpo.run(spec, trainable=train))" if loc == ("trainable",) \
+            else ""
+        return _dotted(loc), "missing required key", f"add it to the YAML{where}"
     if kind == "union_tag_invalid":
         tags = [t.strip(" '") for t in err["ctx"]["expected_tags"].split(",")]
         tag = err["ctx"]["tag"]

@@ -44,6 +44,24 @@ def test_a_misnamed_metric_gets_a_did_you_mean(tmp_path: Path) -> None:
     assert (frame["iterations"].fillna(0) <= 1).all(), frame[["trial_id", "iterations"]]
 
 
+def test_a_stop_key_never_reported_ends_the_run_with_a_did_you_mean(tmp_path: Path) -> None:
+    """`stop: {training_iterations: 3}` (a typo): Tune warned once into hpo.log and ran every
+    trial to its end; now the first result without the key ends the run with one line."""
+    space = tmp_path / "typo.yaml"
+    space.write_text("name: typo\ntrainable: tests/study_trainables.py:steady\nmetric: score\n"
+                     "mode: max\nnum_samples: 2\nconstants: {steps: 20, sleep: 0.05}\n"
+                     "search_space: {x: {uniform: [0, 1]}}\nstop: {training_iterations: 3}\n")
+    done = hpo_cli("run", str(space), "--storage", str(tmp_path / "results"), timeout=180)
+    line = _last_line(done.stderr)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert line == ("error: a trial reported 'score', 'resumed_at' but not the stop key "
+                    "'training_iterations'. Hint: did you mean 'training_iteration'? fix "
+                    "`stop:` in the YAML, or report it in every result (Tune checks the stop "
+                    "at each)"), line
+    frame = load_results(tmp_path / "results" / "typo")
+    assert (frame["iterations"].fillna(0) <= 2).all(), frame[["trial_id", "iterations"]]
+
+
 def test_nothing_reported(tmp_path: Path) -> None:
     code, _, stderr = _run(tmp_path, "silent")
     assert code == 1

@@ -54,14 +54,11 @@ class RunResult:
 def missing_metric(tune_said: str, spec: Spec) -> str:
     """One line for Tune's strict metric check (it stops the run at the first result without
     the metric): which metric, what the trial did report, and the closest of those."""
-    from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS
-
     names = [metric for metric, _ in spec.objectives]
     said, _, result = tune_said.partition("Result:")  # the metric, then the result it got
     missing = [n for n in names if f"`{n}`" in said or f"'{n}'" in said] or names
-    hpo_added = {field.name for field in dataclasses.fields(Totals)} | {"done"}
     found = dict.fromkeys(re.findall(r"'([^'/]+)':", result))  # flat keys, in their order
-    reported = [k for k in found if k not in {*AUTO_RESULT_KEYS, *DEBUG_METRICS, *hpo_added}]
+    reported = trials_own(list(found))
     example = ", ".join(f"'{name}': ..." for name in missing)
     if not reported:
         return (f"a trial reported results without the metric '{missing[0]}'. Hint: include "
@@ -71,6 +68,15 @@ def missing_metric(tune_said: str, spec: Spec) -> str:
     return (f"a trial reported {', '.join(map(repr, reported))} but not the metric "
             f"'{missing[0]}'. Hint: {guess}fix `metric:` in the YAML, or report it: "
             f"hpo.report({{{example}}})")
+
+
+def trials_own(keys: list[str]) -> list[str]:
+    """The keys of a result the trial itself reported: not those Tune or hpo add."""
+    from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS, DONE, SHOULD_CHECKPOINT
+
+    hpo_added = {field.name for field in dataclasses.fields(Totals)}
+    added = {*AUTO_RESULT_KEYS, *DEBUG_METRICS, DONE, SHOULD_CHECKPOINT, *hpo_added}
+    return [key for key in keys if key not in added and key.split("/")[0] not in added]
 
 
 def resume_hint(exp_dir: Path, spec: Spec) -> str:

@@ -229,12 +229,21 @@ def _saved_spec(exp_dir: Path, source: str, trainable: Any) -> Spec:
     return spec_from_dict(data, source)
 
 
+def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """`exc` or the first exception of `kind` in its chain (Tune wraps a callback's own)."""
+    seen: BaseException | None = exc
+    while seen is not None and not isinstance(seen, kind):
+        seen = seen.__cause__ or seen.__context__
+    return seen
+
+
 def _fit(tuner: Any, spec: Spec, name: str) -> None:
     from ray.tune import TuneError
 
     from hpo.driver.guards.node_loss import node_losses_forgiven
     from hpo.driver.guards.snapshot_deletes import deleted_after_snapshot
     from hpo.driver.guards.stops import signals_restored
+    from hpo.driver.plugins.stop_keys import StopKeyNotReported
 
     try:
         with signals_restored(), node_losses_forgiven(), deleted_after_snapshot(), \
@@ -245,9 +254,12 @@ def _fit(tuner: Any, spec: Spec, name: str) -> None:
             ray_fit_private.staged_apart(name)
             tuner.fit()
     except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
-        if "did not include the specified metric" not in str(exc):
-            raise
-        raise RunError(missing_metric(str(exc), spec)) from exc
+        if "did not include the specified metric" in str(exc):
+            raise RunError(missing_metric(str(exc), spec)) from exc
+        missing_stop = _cause(exc, StopKeyNotReported)  # hpo's own check of the stop keys
+        if missing_stop is not None:
+            raise RunError(str(missing_stop)) from exc
+        raise
     finally:  # a storage fault's stop: Tune's own last sync may have cut a state file
         watch = storage_faults.current()
         if watch is not None:

@@ -167,6 +167,7 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
     from hpo.driver.guards.stops import HeldStop
     from hpo.driver.plugins.ended_copy import EndedTrialsCopied
     from hpo.driver.plugins.progress import LiveProgress
+    from hpo.driver.plugins.stop_keys import StopKeysReported
     from hpo.driver.plugins.trial_logs import trial_loggers
     from hpo.spec.plan import trial_count
 
@@ -193,7 +194,9 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
         verbose=0, log_to_file=True,
         # Ray would add its own loggers, which lose restarted trials' rows and scalars.
         # HeldStop first: the live view's last frame shows the trials a stop left open.
-        callbacks=[HeldStop(), LiveProgress(spec.objectives, trial_count(spec)), *trial_loggers(),
+        # StopKeysReported before it: a result without a stop key ends the run unrecorded.
+        callbacks=[*([StopKeysReported(list(spec.stop))] if spec.stop else []), HeldStop(),
+                   LiveProgress(spec.objectives, trial_count(spec)), *trial_loggers(),
                    *tracking_callbacks(spec, exp_dir), *best_checkpoint_callbacks(spec),
                    *extra_callbacks, EndedTrialsCopied()],
         # A class trainable is saved by Tune every `frequency` steps; a function reports its

@@ -25,7 +25,8 @@ MEANINGS: dict[str, str] = {
     "distributed": "Data-parallel trials on several ranks (below); null: one process per "
                    "trial.",
     "stop": "Stop a trial once a reported metric reaches a value, e.g. "
-            "`{training_iteration: 20}`.",
+            "`{training_iteration: 20}`; each key must be in every result (a result without "
+            "one ends the run, with a did-you-mean).",
     "time_budget_s": "Stop the whole experiment after this many seconds; null: no limit.",
     "checkpoint": "Which checkpoints hpo keeps (below).",
     "failure": "Retries of failed trials (below).",

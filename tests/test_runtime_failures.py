@@ -60,6 +60,8 @@ def test_a_stop_key_never_reported_ends_the_run_with_a_did_you_mean(tmp_path: Pa
                     "at each)"), line
     frame = load_results(tmp_path / "results" / "typo")
     assert (frame["iterations"].fillna(0) <= 2).all(), frame[["trial_id", "iterations"]]
+    # the live view's last frame: the run ended on the error, not "terminated 2"
+    assert "trials  ended on an error (below)" in done.stderr, done.stderr[-2000:]
 
 
 def test_nothing_reported(tmp_path: Path) -> None:

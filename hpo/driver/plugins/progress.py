@@ -7,6 +7,7 @@ callbacks in the experiment folder and `hpo resume` brings them back.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from typing import Any
@@ -95,7 +96,12 @@ class LiveProgress(TrialProgressCallback):
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         if self._live:
             self._drawn = time.monotonic()
-            self._live.update(self._stopped or self._render(trials), refresh=True)
+            # Tune ends a run that raised (a metric or stop key not reported, a callback's
+            # error) from its except block, once it has marked every running trial
+            # terminated: say it ended on the error instead of counting those states.
+            aborted = sys.exc_info()[1] is not None
+            self._live.update(self._stopped or self._render(trials, aborted=aborted),
+                              refresh=True)
             self._live.stop()
             if not self._live.console.is_terminal:
                 self._live.console.line()  # Rich ends a non-terminal final frame mid-line
@@ -105,11 +111,12 @@ class LiveProgress(TrialProgressCallback):
         self._drawn = time.monotonic()
         self._live.update(self._render(trials), refresh=True)  # type: ignore[union-attr]
 
-    def _render(self, trials: list, stopped: str | None = None) -> Group:
+    def _render(self, trials: list, stopped: str | None = None, aborted: bool = False) -> Group:
         states = Counter(t.status for t in trials)
         elapsed = time.monotonic() - self._start
-        head = Text(f"{len(trials)}/{self.total} trials  " + "  ".join(
-            f"{s.lower()} {n}" for s, n in sorted(states.items())) + f"  elapsed {elapsed:.0f}s")
+        counted = "ended on an error (below)" if aborted else "  ".join(
+            f"{s.lower()} {n}" for s, n in sorted(states.items()))
+        head = Text(f"{len(trials)}/{self.total} trials  {counted}  elapsed {elapsed:.0f}s")
         best = self._headline()
         if stopped:
             started = states["RUNNING"] + states["PAUSED"]

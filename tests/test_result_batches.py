@@ -263,6 +263,7 @@ def test_a_batch_that_ends_in_a_save_sends_no_train_call_before_the_save_resolve
 @pytest.mark.slow
 def test_a_trial_that_fails_keeps_every_row_it_reported_and_its_cause(tmp_path: Path) -> None:
     spec = _spec(search_space={"x": {"choice": [1.0]}})
-    result = hpo.run(spec, trainable=fails, storage=str(tmp_path), keep_ray=True)
+    with pytest.warns(hpo.TrialErrorsWarning, match=f"boom after {REPORTS}"):
+        result = hpo.run(spec, trainable=fails, storage=str(tmp_path), keep_ray=True)
     assert _iterations(tmp_path / "b") == [list(range(1, REPORTS + 1))]
     assert f"boom after {REPORTS}" in result.errors_summary()

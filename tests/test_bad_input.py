@@ -545,10 +545,15 @@ def test_an_object_in_constants_is_one_config_error_from_python(tmp_path: Path) 
     with pytest.raises(hpo.ConfigError, match=r"constants\.data: a numpy\.ndarray cannot go "
                        r"into the experiment's YAML\. Hint: pass arrays.*parameters="):
         hpo.run(spec, trainable=lambda config: None)
+    # a key too (class weights keyed by np.unique(labels)), found before anything starts
+    spec["constants"] = {"weights": {np.int64(1): 0.5}}
+    with pytest.raises(hpo.ConfigError, match=r"constants\.weights: a numpy\.int64 .*Hint: "
+                       r"make it a plain number"):
+        hpo.run(spec, trainable=lambda config: None)
     assert not (tmp_path / "objs").exists()
 
 
-@pytest.mark.parametrize("parameters", [[1, 2], {"not a name": 1}])
+@pytest.mark.parametrize("parameters", [[1, 2], {1: "not a name"}])
 def test_parameters_that_are_no_keyword_mapping_are_one_config_error(
         tmp_path: Path, parameters: object) -> None:
     """`parameters=` from Python must map keyword names to objects: one line naming it,

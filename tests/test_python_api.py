@@ -248,7 +248,8 @@ def test_a_ray_this_process_started_is_used_and_left_running(tmp_path: Path) -> 
     try:
         node = ray.get_runtime_context().get_node_id()
         first = hpo.run(_spec(tmp_path, "one"), trainable=train, num_cpus=CPUS)
-        second = hpo.run(_spec(tmp_path, "two"), trainable=train)
+        with pytest.warns(UserWarning, match="num_cpus=1 is not applied"):
+            second = hpo.run(_spec(tmp_path, "two"), trainable=train, num_cpus=1)
         assert ray.is_initialized() and ray.get_runtime_context().get_node_id() == node
         assert first.best_config["x"] == second.best_config["x"] == 2
         assert "running on the Ray this process's ray.init started" in \

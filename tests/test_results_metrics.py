@@ -167,6 +167,9 @@ def test_a_tie_goes_to_the_same_trial_in_the_live_view_and_the_results(tmp_path:
     (exp / "experiment_state-2026-01-01_00-00-00.json").write_text(json.dumps(state))
     assert hpo.load(exp).best_config == {"x": 0.1}
     view = LiveProgress([("loss", "min")], total=3)
+    early = SimpleNamespace(trial_id="ab_00001", status="RUNNING", config={"x": 0.2})
+    view.on_trial_result(1, [early], early, {"loss": math.nan, "training_iteration": 1})
+    assert view._best is None  # NaN is never the best (the table puts it last)
     for i, x in ((2, 0.3), (0, 0.1), (1, 0.2)):  # the order results arrive in
         trial = SimpleNamespace(trial_id=f"ab_0000{i}", status="TERMINATED", config={"x": x})
         view.on_trial_result(1, [trial], trial, {"loss": 1.0, "training_iteration": 1})

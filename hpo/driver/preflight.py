@@ -32,8 +32,7 @@ def check_parameters(parameters: Any, source: str) -> None:
     in the run before)."""
     if parameters is None:
         return
-    if not isinstance(parameters, Mapping) or not all(
-            isinstance(key, str) and key.isidentifier() for key in parameters):
+    if not isinstance(parameters, Mapping) or not all(isinstance(key, str) for key in parameters):
         got = type(parameters).__name__ if not isinstance(parameters, Mapping) else \
             f"keys {list(parameters)[:5]!r}"
         raise ConfigError(source, "parameters", f"must map keyword names to objects (got "

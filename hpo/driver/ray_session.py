@@ -221,7 +221,7 @@ def embedded_ray(log_file: Path, num_cpus: int | None = None, num_gpus: int | No
     import ray
 
     if _kept is None and ray.is_initialized():
-        with _users_ray(log_file) as resources:
+        with _users_ray(log_file, num_cpus) as resources:
             yield resources
         return
     if _kept is not None and (_kept_args != (num_cpus, num_gpus) or not ray.is_initialized()):
@@ -246,15 +246,21 @@ def embedded_ray(log_file: Path, num_cpus: int | None = None, num_gpus: int | No
 
 
 @contextlib.contextmanager
-def _users_ray(log_file: Path) -> Iterator[dict[str, float]]:
+def _users_ray(log_file: Path, num_cpus: int | None) -> Iterator[dict[str, float]]:
     """The Ray this process's own `ray.init` started or joined (a notebook's), used as Tune
-    uses it: its resources, and it is left running. Its workers start as Ray starts them."""
+    uses it: its resources (num_cpus cannot change them: a warning where it differs), and it
+    is left running. Its workers start as Ray starts them."""
     import ray
 
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if num_cpus is not None and num_cpus != cpus:
+        import warnings
+
+        warnings.warn(f"hpo.run: num_cpus={num_cpus} is not applied: the run uses the Ray "
+                      f"this process's ray.init started, with {cpus:g} CPUs", stacklevel=5)
     handler = log_ray_to(log_file)
     logging.getLogger("hpo.cluster").info(
-        "running on the Ray this process's ray.init started (%s CPUs); it stays running",
-        ray.cluster_resources().get("CPU", 0))
+        "running on the Ray this process's ray.init started (%s CPUs); it stays running", cpus)
     try:
         with environ_overlay(TUNE_OUTPUT_ENV):
             yield ray.cluster_resources()

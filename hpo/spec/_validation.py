@@ -112,14 +112,19 @@ def config_error(source: str, exc: ValidationError) -> ConfigError:
 
 
 def unwritable(value: Any) -> str | None:
-    """The type of the first part of `value` that the experiment's YAML cannot hold (a NumPy
-    array, a DataFrame, a model), as module.name; None where all of it can."""
-    parts = value.values() if isinstance(value, dict) else \
-        value if isinstance(value, (list, tuple)) else None
-    if parts is not None:
-        return next((kind for part in parts if (kind := unwritable(part))), None)
+    """The type of the first part of `value` (a key or a value, at any depth) that the
+    experiment's YAML cannot hold (a NumPy array, a DataFrame, a model), as module.name; None
+    where all of it can."""
     try:
         to_jsonable_python(value)
-    except PydanticSerializationError:
+        return None
+    except (PydanticSerializationError, ValueError):
+        pass
+    if isinstance(value, dict):
+        parts: Any = [*value.keys(), *value.values()]
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        parts = value
+    else:
         return f"{type(value).__module__}.{type(value).__qualname__}"
-    return None
+    return next((kind for part in parts if (kind := unwritable(part))), None) or \
+        f"{type(value).__module__}.{type(value).__qualname__}"

@@ -203,10 +203,12 @@ class Spec(Strict):
                 raise FieldProblem(f"constants.{key}", "is also in search_space",
                                    "keep each key in one of the two")
             if kind := unwritable(value):
+                scalar = kind.startswith("numpy.") and kind != "numpy.ndarray"
                 raise FieldProblem(f"constants.{key}", f"a {kind} cannot go into the "
-                                   "experiment's YAML", "pass arrays, datasets and models "
-                                   "with hpo.run(..., parameters=...): they reach every trial "
-                                   "by reference")
+                                   "experiment's YAML", "make it a plain number (.item())"
+                                   if scalar else "pass arrays, datasets and models with "
+                                   "hpo.run(..., parameters=...): they reach every trial by "
+                                   "reference")
         try:
             self.search.check_space(self.search_space)
         except FieldProblem as problem:

@@ -7,6 +7,7 @@ callbacks in the experiment folder and `hpo resume` brings them back.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections import Counter
@@ -47,6 +48,7 @@ class LiveProgress(TrialProgressCallback):
         self._best: tuple[float, str, dict[str, Any]] | None = None
         self._latest: dict[str, dict[str, Any]] = {}
         self._stopped: Group | None = None  # the frame at a stop
+        self._handled_at_start: BaseException | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"objectives": self.objectives, "total": self.total}
@@ -57,6 +59,7 @@ class LiveProgress(TrialProgressCallback):
                       state["total"])
 
     def setup(self, **info: Any) -> None:
+        self._handled_at_start = sys.exc_info()[1]  # a caller's own, not the run's error
         self._live = Live(console=_console(), auto_refresh=False, transient=False)
         self._live.start()
 
@@ -65,7 +68,8 @@ class LiveProgress(TrialProgressCallback):
         self._latest[trial.trial_id] = result
         value = result.get(self.metric)
         one = len(self.objectives) == 1
-        if one and isinstance(value, (int, float)) and self._better(value, trial.trial_id):
+        if one and isinstance(value, (int, float)) and math.isfinite(value) and \
+                self._better(value, trial.trial_id):  # NaN: last in the table, never best
             self._best = (float(value), trial.trial_id, dict(trial.config))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -99,7 +103,7 @@ class LiveProgress(TrialProgressCallback):
             # Tune ends a run that raised (a metric or stop key not reported, a callback's
             # error) from its except block, once it has marked every running trial
             # terminated: say it ended on the error instead of counting those states.
-            aborted = sys.exc_info()[1] is not None
+            aborted = sys.exc_info()[1] not in (None, self._handled_at_start)
             self._live.update(self._stopped or self._render(trials, aborted=aborted),
                               refresh=True)
             self._live.stop()

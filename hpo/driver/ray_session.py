@@ -252,7 +252,8 @@ def _users_ray(log_file: Path, num_cpus: int | None) -> Iterator[dict[str, float
     is left running. Its workers start as Ray starts them."""
     import ray
 
-    cpus = ray.cluster_resources().get("CPU", 0)
+    resources = ray.cluster_resources()
+    cpus = resources.get("CPU", 0)
     if num_cpus is not None and num_cpus != cpus:
         import warnings
 
@@ -263,7 +264,7 @@ def _users_ray(log_file: Path, num_cpus: int | None) -> Iterator[dict[str, float
         "running on the Ray this process's ray.init started (%s CPUs); it stays running", cpus)
     try:
         with environ_overlay(TUNE_OUTPUT_ENV):
-            yield ray.cluster_resources()
+            yield resources
     finally:
         stop_logging(handler)
 

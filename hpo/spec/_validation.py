@@ -120,11 +120,11 @@ def unwritable(value: Any) -> str | None:
         return None
     except (PydanticSerializationError, ValueError):
         pass
+    own = f"{type(value).__module__}.{type(value).__qualname__}"
     if isinstance(value, dict):
         parts: Any = [*value.keys(), *value.values()]
     elif isinstance(value, (list, tuple, set, frozenset)):
         parts = value
     else:
-        return f"{type(value).__module__}.{type(value).__qualname__}"
-    return next((kind for part in parts if (kind := unwritable(part))), None) or \
-        f"{type(value).__module__}.{type(value).__qualname__}"
+        return own
+    return next((kind for part in parts if (kind := unwritable(part))), own)

@@ -26,6 +26,8 @@ class StopKeysReported(Callback):
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,
                         **info: Any) -> None:
+        if all(key in result for key in self.keys):  # every result: no flattening, as a rule
+            return
         flat = flatten_dict(result, delimiter="/")
         missing = [key for key in self.keys if key not in flat]
         if missing:

@@ -40,6 +40,16 @@ def check_parameters(parameters: Any, source: str) -> None:
                           "parameters={'data': array}) calls train(config, data=array)")
 
 
+def check_num_cpus(num_cpus: Any, source: str) -> None:
+    """The embedded Ray's CPUs: a whole number of at least 1 (0 was blamed on the trials'
+    resources after Ray had started)."""
+    if num_cpus is None or (isinstance(num_cpus, int) and not isinstance(num_cpus, bool)
+                            and num_cpus >= 1):
+        return
+    raise ConfigError(source, "num_cpus", f"must be a whole number of at least 1 (got "
+                      f"{num_cpus!r})", "leave it out to use all of this machine's CPUs")
+
+
 def with_trainable(spec: Spec, source: str, func: Any) -> None:
     """What the imported trainable tells (it is imported while Ray starts)."""
     check_backend(spec, source)

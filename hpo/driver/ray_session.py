@@ -13,7 +13,6 @@ starts a fork server for its job on that Ray's node.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
@@ -22,17 +21,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.cluster.auth import TUNE_OUTPUT_ENV, RayCluster, environ_overlay, new_token, token_env
+from hpo.cluster.auth import RayCluster, environ_overlay, new_token, token_env
 from hpo.cluster.ray_private import loopback_kept
 from hpo.cluster.slurm_env import rocm_visible
 from hpo.driver import (
     fork_server,
+    kept_ray,
     ray_start_private,
     runtime_env_private,
     warm_forks,
 )
 from hpo.driver.ray_log import log_ray_to, stop_logging
 from hpo.driver.run_dir import private_run_dir
+from hpo.driver.users_ray import users_ray
+from hpo.errors import ConfigError
 
 
 def _lean_head(forks: fork_server.ForkServer | None,
@@ -130,12 +132,6 @@ def _nodes_told(cluster: RayCluster) -> Iterator[None]:
         _nodes_preload = None
 
 
-# The embedded Ray that `keep=True` left running for the next run in this process (a
-# notebook), with what it was started with; `shutdown()` ends it.
-_kept: contextlib.ExitStack | None = None
-_kept_args: tuple[int | None, int | None] | None = None
-
-
 def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
     """A private local Ray; closing the returned stack shuts it down and removes its files."""
     import ray
@@ -161,7 +157,7 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
     except BaseException:
         stack.close()  # undo what was done
         raise
-    stack.callback(ray.shutdown)
+    stack.callback(kept_ray.shutdown_if_on, kept_ray.node_id())
     return stack
 
 
@@ -205,10 +201,7 @@ def _set_forks(forks: fork_server.ForkServer | None) -> None:
 
 def shutdown() -> None:
     """End the embedded Ray a run kept (no-op when none is kept)."""
-    global _kept, _kept_args
-    stack, _kept, _kept_args = _kept, None, None
-    if stack is not None:
-        stack.close()
+    kept_ray.shutdown()
 
 
 @contextlib.contextmanager
@@ -217,56 +210,45 @@ def embedded_ray(log_file: Path, num_cpus: int | None = None, num_gpus: int | No
     """Start a private local Ray (or reuse the one an earlier run kept, if started alike, or
     the one this process's own `ray.init` started), yield its resources; then shut it down and
     remove its files, or with `keep`, leave it running for the next run in this process."""
-    global _kept, _kept_args
     import ray
 
-    if _kept is None and ray.is_initialized():
-        with _users_ray(log_file, num_cpus) as resources:
+    stack = kept_ray.take((num_cpus, num_gpus))
+    if stack is None and ray.is_initialized():
+        with users_ray(log_file, num_cpus) as resources:
             yield resources
         return
-    if _kept is not None and (_kept_args != (num_cpus, num_gpus) or not ray.is_initialized()):
-        shutdown()
-    stack, _kept, _kept_args = _kept or _start(num_cpus, num_gpus), None, None
+    stack = stack or _start(num_cpus, num_gpus)
     handler = log_ray_to(log_file)
+    interrupted = False
     try:
         yield ray.cluster_resources()
+    except BaseException as exc:
+        # Tune ends its trial actors after an Exception only: after a KeyboardInterrupt (a
+        # callback's, or one in a thread) they would hold a kept Ray's CPUs, and the next
+        # run would wait for them forever
+        interrupted = not isinstance(exc, Exception)
+        raise
     finally:
-        if keep:
-            if _forks is not None:  # what its server wrote, while hpo.log takes it
-                _forks.report()
-            stop_logging(handler)
-            _kept, _kept_args = stack, (num_cpus, num_gpus)
-            atexit.unregister(shutdown)  # registered once, to remove the run dir at exit
-            atexit.register(shutdown)
-        else:
-            try:
+        if keep and not interrupted and _forks is not None:
+            _forks.report()  # what its server wrote, while hpo.log takes it
+        try:
+            if keep and not interrupted:
+                kept_ray.keep(stack, (num_cpus, num_gpus))
+            else:
                 stack.close()  # Ray's stop and its fork server's last words go to hpo.log too
-            finally:
-                stop_logging(handler)
+        finally:
+            stop_logging(handler)
 
 
-@contextlib.contextmanager
-def _users_ray(log_file: Path, num_cpus: int | None) -> Iterator[dict[str, float]]:
-    """The Ray this process's own `ray.init` started or joined (a notebook's), used as Tune
-    uses it: its resources (num_cpus cannot change them: a warning where it differs), and it
-    is left running. Its workers start as Ray starts them."""
+def check_connectable(cluster: RayCluster | None, source: str) -> None:
+    """A run on `cluster` takes this process's one Ray connection: refused before anything
+    starts where the process's own `ray.init` holds it (Ray's "called ray.init twice")."""
     import ray
 
-    resources = ray.cluster_resources()
-    cpus = resources.get("CPU", 0)
-    if num_cpus is not None and num_cpus != cpus:
-        import warnings
-
-        warnings.warn(f"hpo.run: num_cpus={num_cpus} is not applied: the run uses the Ray "
-                      f"this process's ray.init started, with {cpus:g} CPUs", stacklevel=5)
-    handler = log_ray_to(log_file)
-    logging.getLogger("hpo.cluster").info(
-        "running on the Ray this process's ray.init started (%s CPUs); it stays running", cpus)
-    try:
-        with environ_overlay(TUNE_OUTPUT_ENV):
-            yield resources
-    finally:
-        stop_logging(handler)
+    if cluster is not None and ray.is_initialized() and not kept_ray.connected():
+        raise ConfigError(source, "cluster", "this process is connected to a Ray of its own "
+                          "(its ray.init)", "ray.shutdown() first, or leave cluster= out to "
+                          "run on that Ray")
 
 
 @contextlib.contextmanager

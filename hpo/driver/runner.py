@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shutil
+import traceback
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,7 +28,13 @@ from hpo.driver.guards.storage_faults import check_resumable, storage_guard
 from hpo.driver.guards.walltime import WalltimeGuard, active
 from hpo.driver.outcome import LOG_FILE, RunResult, missing_metric, outcome, resume_hint
 from hpo.driver.ray_actors_private import start_cap
-from hpo.driver.ray_session import connected_ray, embedded_ray, preload_for, starts_per_core
+from hpo.driver.ray_session import (
+    check_connectable,
+    connected_ray,
+    embedded_ray,
+    preload_for,
+    starts_per_core,
+)
 from hpo.driver.trainable import python_name
 from hpo.errors import ConfigError, ExperimentError, RunError
 from hpo.results import SPEC_FILE, load_results, loading, saved_spec
@@ -106,6 +113,8 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
     spec, source = _as_spec(spec, source, trainable)
     preflight.before_ray(spec, source)
     preflight.check_parameters(parameters, source)
+    preflight.check_num_cpus(num_cpus, source)
+    check_connectable(cluster, source)
     guard = _walltime(spec, source, time_limit_s)
     exp_dir = Path(storage or spec.storage).expanduser().resolve() / (name or spec.name)
     made_here = not exp_dir.exists()
@@ -178,6 +187,8 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
     spec = _saved_spec(exp_dir, source, trainable)
     preflight.before_ray(spec, source)
     preflight.check_parameters(parameters, source)
+    preflight.check_num_cpus(num_cpus, source)
+    check_connectable(cluster, source)
     check_resumable(exp_dir)  # a damaged state: its one line, before anything reads it
     if _finished(exp_dir, spec):  # nothing to continue: no Ray, the results as they are
         return dataclasses.replace(outcome(exp_dir, spec), finished_already=True)
@@ -237,6 +248,22 @@ def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | Non
     return seen
 
 
+def _driver_error(exc: BaseException) -> RunError | None:
+    """What a callback, searcher or scheduler raised in the driver, in one line with where:
+    Tune wraps it in a TuneError whose message is the whole traceback."""
+    raised = exc
+    while type(raised).__name__ == "TuneError" and (raised.__cause__ or raised.__context__):
+        raised = raised.__cause__ or raised.__context__  # type: ignore[assignment]
+    if raised is exc or raised.__traceback__ is None:
+        return None
+    where = traceback.extract_tb(raised.__traceback__)[-1]
+    said = (str(raised).strip().splitlines() or [""])[0]
+    return RunError(f"the run stopped on an error raised in the driver (a callback, searcher "
+                    f"or scheduler): {type(raised).__name__}: {said} (in {where.name}, "
+                    f"{Path(where.filename).name}:{where.lineno}). Hint: --debug, or the "
+                    "exception's chain from Python, shows the traceback")
+
+
 def _fit(tuner: Any, spec: Spec, name: str) -> None:
     from ray.tune import TuneError
 
@@ -259,6 +286,9 @@ def _fit(tuner: Any, spec: Spec, name: str) -> None:
         missing_stop = _cause(exc, StopKeyNotReported)  # hpo's own check of the stop keys
         if missing_stop is not None:
             raise RunError(str(missing_stop)) from exc
+        raised_in_driver = _driver_error(exc) if isinstance(exc, TuneError) else None
+        if raised_in_driver is not None:
+            raise raised_in_driver from exc
         raise
     finally:  # a storage fault's stop: Tune's own last sync may have cut a state file
         watch = storage_faults.current()

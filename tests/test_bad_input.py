@@ -566,3 +566,17 @@ def test_parameters_that_are_no_keyword_mapping_are_one_config_error(
                        r"objects .*Hint: e\.g\. hpo\.run"):
         hpo.run(spec, trainable=lambda config, **objects: None, parameters=parameters)
     assert not (tmp_path / "params").exists()
+
+
+@pytest.mark.parametrize("num_cpus", [0, -2, 1.5, True])
+def test_num_cpus_below_one_or_not_whole_is_one_config_error(tmp_path: Path,
+                                                             num_cpus: object) -> None:
+    """`num_cpus=0` was blamed on resources.cpus_per_trial, after Ray had started."""
+    import hpo
+
+    spec = {"name": "cpus", "metric": "a", "mode": "max", "storage": str(tmp_path),
+            "search_space": {"x": {"grid": [1]}}}
+    with pytest.raises(hpo.ConfigError, match=r"num_cpus: must be a whole number of at least "
+                       r"1 \(got .*\)\. Hint: leave it out"):
+        hpo.run(spec, trainable=lambda config: None, num_cpus=num_cpus)  # type: ignore[arg-type]
+    assert not (tmp_path / "cpus").exists()

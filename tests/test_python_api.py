@@ -72,10 +72,16 @@ def test_a_callable_inside_the_spec_dict(tmp_path: Path) -> None:
 
 def test_cli_resume_refuses_a_python_trainable_and_python_resume_takes_it(
         tmp_path: Path) -> None:
-    path = hpo.run(_spec(tmp_path, "res"), trainable=train, num_cpus=CPUS).path
-    with pytest.raises(hpo.ExperimentError, match=r"hpo\.resume\('.*res', trainable=train\)"):
+    with pytest.raises(hpo.RunError):  # every trial failed: the run is unfinished
+        hpo.run(_spec(tmp_path, "res"), trainable=_fails, num_cpus=CPUS)
+    path = tmp_path / "res"
+    with pytest.raises(hpo.ExperimentError, match=r"hpo\.resume\('.*res', trainable=_fails\)"):
         hpo.resume(path, keep_ray=False)  # what `hpo resume` calls
-    assert hpo.resume(path, trainable=train, num_cpus=CPUS).best_config == {"x": 2}
+    with pytest.raises(hpo.RunError, match="RuntimeError: boom"):  # taken: its trials ran
+        hpo.resume(path, trainable=_fails, num_cpus=CPUS)
+    # a finished one needs no trainable: nothing runs (`hpo resume` said "give the trainable")
+    done = hpo.run(_spec(tmp_path, "done"), trainable=train, num_cpus=CPUS).path
+    assert hpo.resume(done, keep_ray=False).finished_already
 
 
 def _fails(config: dict[str, Any]) -> None:

@@ -185,13 +185,14 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
     exp_dir = Path(experiment_dir).expanduser().resolve()
     source = str(exp_dir / SPEC_FILE)
     spec = _saved_spec(exp_dir, source, trainable)
-    preflight.before_ray(spec, source)
     preflight.check_parameters(parameters, source)
     preflight.check_num_cpus(num_cpus, source)
-    check_connectable(cluster, source)
     check_resumable(exp_dir)  # a damaged state: its one line, before anything reads it
     if _finished(exp_dir, spec):  # nothing to continue: no Ray, the results as they are
         return dataclasses.replace(outcome(exp_dir, spec), finished_already=True)
+    _check_trainable_given(exp_dir, spec)  # not needed above: `hpo resume` says it finished
+    preflight.before_ray(spec, source)
+    check_connectable(cluster, source)
     guard = _walltime(spec, source, time_limit_s)
     with (start_stops(), storage_guard(exp_dir), experiment_lease(exp_dir, "resume"),
           _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster, parameters,
@@ -228,16 +229,20 @@ def _walltime(spec: Spec, source: str, time_limit_s: float | None) -> WalltimeGu
 
 def _saved_spec(exp_dir: Path, source: str, trainable: Any) -> Spec:
     data = saved_spec(exp_dir)
-    if trainable is not None:
-        return spec_from_dict({**data, "trainable": trainable}, source)
-    saved = str(data.get("trainable", ""))
+    return spec_from_dict(data if trainable is None else {**data, "trainable": trainable},
+                          source)
+
+
+def _check_trainable_given(exp_dir: Path, spec: Spec) -> None:
+    """A run started from Python continues only with its trainable given again (a finished
+    one answers without it)."""
+    saved = spec.trainable if isinstance(spec.trainable, str) else ""
     if saved.startswith(f"{PYTHON_TRAINABLE}:"):
         name = saved.partition(":")[2]
         raise ExperimentError(f"{exp_dir}: started from Python with the trainable {name}, which "
                               f"{SPEC_FILE} cannot hold. Hint: resume it from Python: "
                               f"hpo.resume('{exp_dir}', trainable={name}) (with parameters=... "
                               "if the run had them)")
-    return spec_from_dict(data, source)
 
 
 def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:

@@ -83,6 +83,8 @@ def validate(space: Path, overrides: list[str] | None = SetOption) -> None:
     out.print(f"{space}: OK")
 
 
+CpusOption = typer.Option(None, "--cpus", min=1, metavar="N",
+                          help="CPUs of the embedded Ray (default: all).")
 TimeLimit = typer.Option(
     None, "--time-limit", min=1, metavar="SECONDS",
     help="End like a Slurm job with this time limit: no rung starts that cannot finish "
@@ -95,7 +97,7 @@ TimeLimit = typer.Option(
 def run(space: Path, storage: str | None = typer.Option(None, help="Results root."),
         name: str | None = typer.Option(None, help="Experiment folder name."),
         overrides: list[str] | None = SetOption,
-        cpus: int | None = typer.Option(None, min=1, help="CPUs of the embedded Ray."),
+        cpus: int | None = CpusOption,
         time_limit: float | None = TimeLimit) -> None:
     """Run the experiment in SPACE.yaml; its folder is <storage>/<name>."""
     from hpo.driver.guards.start_stop import start_stops
@@ -134,7 +136,7 @@ def _warm_or_forks_ahead(cpus: int | None) -> RayCluster | None:
 @app.command()
 @guarded
 def resume(experiment_dir: Path,
-           cpus: int | None = typer.Option(None, min=1, help="CPUs of the embedded Ray."),
+           cpus: int | None = CpusOption,
            time_limit: float | None = TimeLimit) -> None:
     """Continue an interrupted experiment from its folder."""
     from hpo.driver.guards.start_stop import start_stops

@@ -13,7 +13,8 @@ local_app = typer.Typer(no_args_is_help=True,
 
 @local_app.command()
 @guarded
-def up(cpus: int | None = typer.Option(None, min=1, help="CPUs it offers (default: all)."),
+def up(cpus: int | None = typer.Option(None, min=1, metavar="N",
+                                          help="CPUs it offers (default: all)."),
        gpus: int | None = typer.Option(None, min=0, help="GPUs it offers (default: all).")
        ) -> None:
     """Start it; runs without --cpus (or with the same) use it until `hpo local down`."""

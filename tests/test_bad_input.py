@@ -553,40 +553,6 @@ def test_an_object_in_constants_is_one_config_error_from_python(tmp_path: Path) 
     assert not (tmp_path / "objs").exists()
 
 
-@pytest.mark.parametrize(("value", "kind", "hint"), [
-    (Path("/data"), "pathlib.PosixPath", "give it as text"),
-    ({"start": __import__("datetime").date(2026, 1, 2)}, "datetime.date",
-     "give it as text .*in YAML, quote it"),
-    ([{"a", "b"}], "builtins.set", r"give a list \(sorted"),
-])
-def test_a_constant_the_yaml_would_give_back_otherwise_is_one_config_error(
-        tmp_path: Path, value: object, kind: str, hint: str) -> None:
-    """A Path or a date came back as text from the saved spec, a set as a list: a resumed
-    run's trials saw other values than the first run's."""
-    import hpo
-
-    spec = {"name": "changed", "metric": "a", "mode": "max", "storage": str(tmp_path),
-            "search_space": {"x": {"grid": [1]}}, "constants": {"c": value, "kept": (1, 2.5)}}
-    with pytest.raises(hpo.ConfigError, match=rf"constants\.c: a {kind} cannot go into the "
-                       rf"experiment's YAML\. Hint: {hint}"):
-        hpo.run(spec, trainable=lambda config: None)
-    assert not (tmp_path / "changed").exists()
-
-
-def test_a_yaml_date_constant_is_refused_with_the_quote_hint(tmp_path: Path) -> None:
-    from hpo.spec.load import load_spec
-
-    space = tmp_path / "space.yaml"
-    space.write_text("name: d\ntrainable: t.py:f\nmetric: a\nmode: max\n"
-                     "search_space: {x: {grid: [1]}}\nconstants: {start: 2026-01-02}\n")
-    from hpo.errors import ConfigError
-
-    with pytest.raises(ConfigError, match=r"constants\.start: a datetime\.date .*quote it"):
-        load_spec(space)
-    space.write_text(space.read_text().replace("2026-01-02", "'2026-01-02'"))
-    assert load_spec(space).constants == {"start": "2026-01-02"}
-
-
 @pytest.mark.parametrize("parameters", [[1, 2], {1: "not a name"}])
 def test_parameters_that_are_no_keyword_mapping_are_one_config_error(
         tmp_path: Path, parameters: object) -> None:

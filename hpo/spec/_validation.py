@@ -11,6 +11,7 @@ import difflib
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from hpo.errors import ConfigError
 
@@ -110,34 +111,20 @@ def config_error(source: str, exc: ValidationError) -> ConfigError:
     return ConfigError(source, path, message, hint)
 
 
-# What the experiment's YAML gives back as it was given: a resumed run's trials must see the
-# values the first run's saw (a Path or a date comes back as text, a set as a list).
-_PLAIN = (type(None), bool, int, float, str)
-_AS_TEXT = ("pathlib.", "datetime.", "decimal.", "uuid.")
-
-
 def unwritable(value: Any) -> str | None:
     """The type of the first part of `value` (a key or a value, at any depth) that the
-    experiment's YAML would not give back as it is (a NumPy array or scalar, a model, a Path),
-    as module.name; None where all of it comes back (a tuple comes back as a list)."""
-    if type(value) in _PLAIN:
+    experiment's YAML cannot hold (a NumPy array, a DataFrame, a model), as module.name; None
+    where all of it can."""
+    try:
+        to_jsonable_python(value)
         return None
+    except (PydanticSerializationError, ValueError):
+        pass
+    own = f"{type(value).__module__}.{type(value).__qualname__}"
     if isinstance(value, dict):
         parts: Any = [*value.keys(), *value.values()]
-    elif type(value) in (list, tuple):
+    elif isinstance(value, (list, tuple, set, frozenset)):
         parts = value
     else:
-        return f"{type(value).__module__}.{type(value).__qualname__}"
-    return next((kind for part in parts if (kind := unwritable(part))), None)
-
-
-def unwritable_hint(kind: str) -> str:
-    """What to give instead of a value of type `kind` (unwritable's answer)."""
-    if kind.startswith("numpy.") and kind != "numpy.ndarray":
-        return "make it a plain number (.item())"
-    if kind.startswith(_AS_TEXT):
-        return "give it as text (str(...); in YAML, quote it) and convert it in the trainable"
-    if kind.endswith(("set", "frozenset")):
-        return "give a list (sorted(...))"
-    return ("pass arrays, datasets and models with hpo.run(..., parameters=...): they reach "
-            "every trial by reference")
+        return own
+    return next((kind for part in parts if (kind := unwritable(part))), own)

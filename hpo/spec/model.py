@@ -18,7 +18,7 @@ from pydantic import (
 )
 
 from hpo.errors import ConfigError
-from hpo.spec._validation import FieldProblem, Strict, unwritable, unwritable_hint
+from hpo.spec._validation import FieldProblem, Strict, unwritable
 from hpo.spec.distributions import Distribution
 from hpo.spec.growth import check_growth
 from hpo.spec.objectives import check_metric, check_mode, check_objectives, pairs
@@ -203,8 +203,12 @@ class Spec(Strict):
                 raise FieldProblem(f"constants.{key}", "is also in search_space",
                                    "keep each key in one of the two")
             if kind := unwritable(value):
+                scalar = kind.startswith("numpy.") and kind != "numpy.ndarray"
                 raise FieldProblem(f"constants.{key}", f"a {kind} cannot go into the "
-                                   "experiment's YAML", unwritable_hint(kind))
+                                   "experiment's YAML", "make it a plain number (.item())"
+                                   if scalar else "pass arrays, datasets and models with "
+                                   "hpo.run(..., parameters=...): they reach every trial by "
+                                   "reference")
         try:
             self.search.check_space(self.search_space)
         except FieldProblem as problem:

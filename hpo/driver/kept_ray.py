@@ -48,6 +48,7 @@ def take(args: Args) -> contextlib.ExitStack | None:
     """The kept Ray, for the next run, where it still runs and was started with args; any
     other kept Ray ends."""
     global _kept
+    _release_outlived()
     kept, _kept = _kept, None
     if kept is None:
         return None
@@ -60,7 +61,11 @@ def take(args: Args) -> contextlib.ExitStack | None:
 def keep(stack: contextlib.ExitStack, args: Args) -> None:
     """Leave the Ray this process is connected to running for the next run."""
     global _kept
-    _kept = _Kept(stack, args, node_id())
+    node = node_id()
+    if node is None:  # not connected after all: nothing to keep
+        stack.close()
+        return
+    _kept = _Kept(stack, args, node)
     atexit.unregister(_at_exit)  # registered once, to remove the run dir at exit
     atexit.register(_at_exit)
 
@@ -71,6 +76,7 @@ def shutdown() -> None:
     kept, _kept = _kept, None
     if kept is not None:
         _end(kept)
+    _release_outlived()
 
 
 def _end(kept: _Kept) -> None:
@@ -83,11 +89,17 @@ def _end(kept: _Kept) -> None:
         kept.stack.close()
 
 
-def _at_exit() -> None:
-    shutdown()
-    if _outlived:
-        import ray
-
-        ray.shutdown()
+def _release_outlived() -> None:
+    """Close the kept Rays whose token a notebook's own Ray took over, once no Ray runs."""
+    if node_id() is None:
         while _outlived:
             _outlived.pop().close()
+
+
+def _at_exit() -> None:
+    shutdown()
+    if _outlived:  # before Ray's own handler ends the notebook's Ray: end it first
+        import ray
+
+        ray.shutdown(_exiting_interpreter=True)
+        _release_outlived()

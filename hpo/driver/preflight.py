@@ -7,6 +7,8 @@ one-line ConfigError naming the YAML path."""
 
 from __future__ import annotations
 
+import contextlib
+import operator
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -40,12 +42,14 @@ def check_parameters(parameters: Any, source: str) -> None:
                           "parameters={'data': array}) calls train(config, data=array)")
 
 
-def check_num_cpus(num_cpus: Any, source: str) -> None:
-    """The embedded Ray's CPUs: a whole number of at least 1 (0 was blamed on the trials'
-    resources after Ray had started)."""
-    if num_cpus is None or (isinstance(num_cpus, int) and not isinstance(num_cpus, bool)
-                            and num_cpus >= 1):
-        return
+def check_num_cpus(num_cpus: Any, source: str) -> int | None:
+    """The embedded Ray's CPUs as an int: a whole number of at least 1, or None (0 was blamed
+    on the trials' resources after Ray had started)."""
+    if num_cpus is None:
+        return None
+    with contextlib.suppress(TypeError):  # int and NumPy's ints; not a float or a bool
+        if not isinstance(num_cpus, bool) and operator.index(num_cpus) >= 1:
+            return operator.index(num_cpus)
     raise ConfigError(source, "num_cpus", f"must be a whole number of at least 1 (got "
                       f"{num_cpus!r})", "leave it out to use all of this machine's CPUs")
 

@@ -17,6 +17,9 @@ Ray and fails loudly when one is gone or changed:
   - ray.train.constants._get_ray_train_session_dir(), where StorageContext stages a run's
     files in ._get_session_path(): <that>/<._timestamp, date_str() to the second>/<name>
     (staged_apart);
+  - TuneController.step(self), wrapped for a block to call its .cleanup(self) (which ends
+    the trials' actors and placement groups) when a step raises a BaseException that is no
+    Exception (trials_ended_on_interrupt);
   - ExperimentAnalysis._fetch_trial_dataframes(self) -> {trial id: DataFrame}, which the
     analysis that Tune's run returns calls in its __init__, replaced for a block
     (no_result_frames); ResultGrid._trial_to_result takes a trial's frame from it with .get;
@@ -107,6 +110,31 @@ def no_result_frames() -> Iterator[None]:
         return lambda self: {}
 
     with replaced(ExperimentAnalysis, "_fetch_trial_dataframes", none_read):
+        yield
+
+
+@contextlib.contextmanager
+def trials_ended_on_interrupt() -> Iterator[None]:
+    """While the block runs, a KeyboardInterrupt (any BaseException that is no Exception)
+    raised in a step of Tune's controller, a callback's say, ends the run's trials before it
+    goes on up: tune.run calls the controller's cleanup() after an Exception only, and the
+    trials' actors and placement groups held the Ray's CPUs until that Ray ended (the next
+    run on a notebook's Ray waited for them forever)."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    def cleaning(original: Any) -> Any:
+        def step(self: Any) -> None:
+            try:
+                original(self)
+            except Exception:
+                raise
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self.cleanup()
+                raise
+        return step
+
+    with replaced(TuneController, "step", cleaning):
         yield
 
 
@@ -214,6 +242,9 @@ def missing() -> list[str]:
         gaps.append("ExperimentAnalysis._fetch_trial_dataframes(self)")
     if not isinstance(inspect.getattr_static(Trial, "is_saving", None), property):
         gaps.append("Trial.is_saving")
+    if method_params(TuneController, "step") != ["self"] or \
+            method_params(TuneController, "cleanup") != ["self"]:
+        gaps.append("TuneController.step(self), .cleanup(self)")
     return gaps + _staging_gaps() + _registry_gaps()
 
 

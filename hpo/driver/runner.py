@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shutil
-import traceback
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,6 +14,7 @@ import yaml
 
 from hpo.cluster.auth import RayCluster
 from hpo.driver import preflight, ray_fit_private, runtime_env_private, translate
+from hpo.driver.fit_errors import said_in_one_line
 from hpo.driver.guards import storage_faults
 from hpo.driver.guards.lease import experiment_lease
 from hpo.driver.guards.start_stop import (
@@ -26,7 +26,7 @@ from hpo.driver.guards.start_stop import (
 )
 from hpo.driver.guards.storage_faults import check_resumable, storage_guard
 from hpo.driver.guards.walltime import WalltimeGuard, active
-from hpo.driver.outcome import LOG_FILE, RunResult, missing_metric, outcome, resume_hint
+from hpo.driver.outcome import LOG_FILE, RunResult, outcome, resume_hint
 from hpo.driver.ray_actors_private import start_cap
 from hpo.driver.ray_session import (
     check_connectable,
@@ -36,7 +36,7 @@ from hpo.driver.ray_session import (
     starts_per_core,
 )
 from hpo.driver.trainable import python_name
-from hpo.errors import ConfigError, ExperimentError, RunError
+from hpo.errors import ConfigError, ExperimentError
 from hpo.results import SPEC_FILE, load_results, loading, saved_spec
 from hpo.spec.load import load_spec, spec_from_dict
 from hpo.spec.model import PYTHON_TRAINABLE, Spec
@@ -113,7 +113,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
     spec, source = _as_spec(spec, source, trainable)
     preflight.before_ray(spec, source)
     preflight.check_parameters(parameters, source)
-    preflight.check_num_cpus(num_cpus, source)
+    num_cpus = preflight.check_num_cpus(num_cpus, source)
     check_connectable(cluster, source)
     guard = _walltime(spec, source, time_limit_s)
     exp_dir = Path(storage or spec.storage).expanduser().resolve() / (name or spec.name)
@@ -186,7 +186,7 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
     source = str(exp_dir / SPEC_FILE)
     spec = _saved_spec(exp_dir, source, trainable)
     preflight.check_parameters(parameters, source)
-    preflight.check_num_cpus(num_cpus, source)
+    num_cpus = preflight.check_num_cpus(num_cpus, source)
     check_resumable(exp_dir)  # a damaged state: its one line, before anything reads it
     if _finished(exp_dir, spec):  # nothing to continue: no Ray, the results as they are
         return dataclasses.replace(outcome(exp_dir, spec), finished_already=True)
@@ -245,56 +245,20 @@ def _check_trainable_given(exp_dir: Path, spec: Spec) -> None:
                               "if the run had them)")
 
 
-def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
-    """`exc` or the first exception of `kind` in its chain (Tune wraps a callback's own)."""
-    seen: BaseException | None = exc
-    while seen is not None and not isinstance(seen, kind):
-        seen = seen.__cause__ or seen.__context__
-    return seen
-
-
-def _driver_error(exc: BaseException) -> RunError | None:
-    """What a callback, searcher or scheduler raised in the driver, in one line with where:
-    Tune wraps it in a TuneError whose message is the whole traceback."""
-    raised = exc
-    while type(raised).__name__ == "TuneError" and (raised.__cause__ or raised.__context__):
-        raised = raised.__cause__ or raised.__context__  # type: ignore[assignment]
-    if raised is exc or raised.__traceback__ is None:
-        return None
-    where = traceback.extract_tb(raised.__traceback__)[-1]
-    said = (str(raised).strip().splitlines() or [""])[0]
-    return RunError(f"the run stopped on an error raised in the driver (a callback, searcher "
-                    f"or scheduler): {type(raised).__name__}: {said} (in {where.name}, "
-                    f"{Path(where.filename).name}:{where.lineno}). Hint: --debug, or the "
-                    "exception's chain from Python, shows the traceback")
-
-
 def _fit(tuner: Any, spec: Spec, name: str) -> None:
-    from ray.tune import TuneError
-
     from hpo.driver.guards.node_loss import node_losses_forgiven
     from hpo.driver.guards.snapshot_deletes import deleted_after_snapshot
     from hpo.driver.guards.stops import signals_restored
-    from hpo.driver.plugins.stop_keys import StopKeyNotReported
 
     try:
-        with signals_restored(), node_losses_forgiven(), deleted_after_snapshot(), \
-                translate.result_batches(spec), \
+        with said_in_one_line(spec), signals_restored(), node_losses_forgiven(), \
+                deleted_after_snapshot(), translate.result_batches(spec), \
                 ray_fit_private.faster_fit(start_cap(starts_per_core())), \
+                ray_fit_private.trials_ended_on_interrupt(), \
                 runtime_env_private.trial_actors_without_runtime_env(
                     runtime_env_private.workers_environ()):
             ray_fit_private.staged_apart(name)
             tuner.fit()
-    except (ValueError, TuneError) as exc:  # Tune's strict metric check aborts the experiment
-        if "did not include the specified metric" in str(exc):
-            raise RunError(missing_metric(str(exc), spec)) from exc
-        missing_stop = _cause(exc, StopKeyNotReported)  # hpo's own check of the stop keys
-        if missing_stop is not None:
-            raise RunError(str(missing_stop)) from exc
-        raised_in_driver = _driver_error(exc) if isinstance(exc, TuneError) else None
-        if raised_in_driver is not None:
-            raise raised_in_driver from exc
-        raise
     finally:  # a storage fault's stop: Tune's own last sync may have cut a state file
         watch = storage_faults.current()
         if watch is not None:

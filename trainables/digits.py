@@ -94,6 +94,18 @@ def build_optimizer(model: nn.Module, cfg: dict[str, Any]) -> torch.optim.Optimi
     )
 
 
+def apply_hyperparameters(opt: torch.optim.Optimizer, cfg: dict[str, Any]) -> None:
+    """Set the config's learning rate, weight decay and momentum on every parameter group.
+    A restored optimizer state carries the values of the trial it was saved by: after PBT or
+    PB2 copies another trial's checkpoint and changes the config, the trial must train with
+    the new values, not the copied ones."""
+    for group in opt.param_groups:
+        group["lr"] = float(cfg["lr"])
+        group["weight_decay"] = float(cfg["weight_decay"])
+        if "momentum" in group:
+            group["momentum"] = float(cfg["momentum"])
+
+
 def train_epoch(
     model: nn.Module,
     opt: torch.optim.Optimizer,
@@ -140,6 +152,7 @@ def train(config: dict[str, Any]) -> None:
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
+        apply_hyperparameters(opt, cfg)  # the config's, not those saved with the state
         start = int(state["epoch"]) + 1
     gen = torch.Generator()
     for epoch in range(start, int(cfg["epochs"])):

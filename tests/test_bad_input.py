@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from hpo.cli import app
@@ -580,3 +581,29 @@ def test_num_cpus_below_one_or_not_whole_is_one_config_error(tmp_path: Path,
                        r"1 \(got .*\)\. Hint: leave it out"):
         hpo.run(spec, trainable=lambda config: None, num_cpus=num_cpus)  # type: ignore[arg-type]
     assert not (tmp_path / "cpus").exists()
+
+
+def test_a_trainable_that_cannot_take_the_config_is_refused_by_validate(tmp_path: Path) -> None:
+    """Tune found it in the driver, after Ray had started: a 69-line traceback, and a folder
+    that blocked the next run."""
+    (tmp_path / "noarg.py").write_text("def train():\n    pass\n")
+    space = tmp_path / "space.yaml"
+    space.write_text(f"name: n\ntrainable: {tmp_path}/noarg.py:train\nmetric: a\nmode: max\n"
+                     "search_space: {x: {grid: [1]}}\n")
+    done = CliRunner().invoke(app, ["validate", str(space)])
+    assert done.exit_code == 2
+    assert "trainable: train() cannot be called as train(config) (too many positional " \
+        "arguments). Hint: take the trial's config as the one positional argument" in done.output
+    assert "Traceback" not in done.output
+
+
+@pytest.mark.parametrize("bounds", ["{loguniform: [1.0e-4, .inf]}", "{uniform: [.nan, 1]}",
+                                    "{randint: [0, .inf]}"])
+def test_a_search_range_that_is_not_finite_is_one_config_error(bounds: str) -> None:
+    from hpo.errors import ConfigError
+    from hpo.spec.load import spec_from_dict
+
+    with pytest.raises(ConfigError, match=r"search_space\.x\.\w+: expected finite numbers, "
+                       r"got (inf|nan)\. Hint: give the range finite bounds"):
+        spec_from_dict({"name": "n", "trainable": "t.py:f", "metric": "a", "mode": "max",
+                        "search_space": {"x": yaml.safe_load(bounds)}}, "<dict>")

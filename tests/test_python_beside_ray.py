@@ -162,3 +162,18 @@ def test_an_hpo_error_a_callback_raises_keeps_its_own_line_and_kind(tmp_path: Pa
     with pytest.raises(hpo.StorageError, match="the disk is full"):
         hpo.run(_spec(tmp_path, "hpo-error"), trainable=train, num_cpus=CPUS,
                 callbacks=[Raising(refuse)])
+
+
+class BrokenAtSetup(tune.Callback):
+    def setup(self, **info: Any) -> None:
+        raise RuntimeError("broken before any trial")
+
+
+def test_a_run_that_fails_before_any_trial_leaves_no_folder_to_refuse(tmp_path: Path) -> None:
+    """Its folder held only hpo-spec.yaml and hpo.log: `hpo run` refused it as existing and
+    `hpo resume` as no experiment, and only deleting it by hand helped."""
+    with pytest.raises(RuntimeError, match="broken before any trial"):
+        hpo.run(_spec(tmp_path, "again"), trainable=train, num_cpus=CPUS,
+                callbacks=[BrokenAtSetup()])
+    assert not (tmp_path / "again").exists()
+    assert hpo.run(_spec(tmp_path, "again"), trainable=train, num_cpus=CPUS).errors == 0

@@ -36,7 +36,7 @@ from hpo.driver.ray_session import (
     starts_per_core,
 )
 from hpo.driver.trainable import python_name
-from hpo.errors import ConfigError, ExperimentError
+from hpo.errors import ConfigError, ExperimentError, LeaseError
 from hpo.results import SPEC_FILE, load_results, loading, saved_spec
 from hpo.spec.load import load_spec, spec_from_dict
 from hpo.spec.model import PYTHON_TRAINABLE, Spec
@@ -137,11 +137,21 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
                     tune_takes_over()
                     _fit(tuner, spec, exp_dir.name)
                 frame = loading(exp_dir)  # while Ray stops
-    except StoppedAtStart:
-        if made_here:  # nothing ran: leave no folder behind that `hpo run` would refuse
+    except BaseException as exc:
+        # (not where another run holds the folder: it made it, and may be starting in it)
+        if made_here and (isinstance(exc, StoppedAtStart) or (
+                not isinstance(exc, LeaseError) and _nothing_ran(exp_dir))):
+            # leave no folder behind that `hpo run` would refuse and `hpo resume` could not
+            # continue (a trainable or a search space Ray refused as it started)
             shutil.rmtree(exp_dir, ignore_errors=True)
         raise
     return outcome(exp_dir, spec, frame.result())
+
+
+def _nothing_ran(exp_dir: Path) -> bool:
+    """No trial folder and no saved experiment state: nothing to resume, nothing lost."""
+    return exp_dir.is_dir() and not any(
+        path.is_dir() or path.name.startswith("experiment_state-") for path in exp_dir.iterdir())
 
 
 def _warm_start(spec: Spec) -> list[tuple[dict[str, Any], list[float]]] | None:

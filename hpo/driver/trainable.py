@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import inspect
 import re
 import site
 import sys
@@ -18,7 +19,7 @@ from typing import Any
 
 from hpo.errors import ConfigError, TrainableImportError
 from hpo.spec._validation import did_you_mean
-from hpo.spec.model import PYTHON_TRAINABLE, target
+from hpo.spec.model import PYTHON_TRAINABLE, is_class_trainable, target
 from hpo.trial.session import Trainable
 
 
@@ -54,8 +55,28 @@ def resolve(trainable: str | Any, source: str,
     if isinstance(bound.trainable, WithParameters | str) or not callable(bound.trainable):
         raise ConfigError(source, "trainable", f"cannot run {bound.trainable!r:.60}",
                           "pass a function f(config) or a ray.tune.Trainable class")
+    _check_call(bound.trainable, bound.objects, source)
     _ship_by_value(target(bound.trainable))
     return bound.trainable, bound.objects
+
+
+def _check_call(func: Any, objects: dict[str, Any], source: str) -> None:
+    """A function trainable is called as func(config, **objects): one that cannot be was
+    found by Tune in the driver, after Ray had started, as a traceback."""
+    if is_class_trainable(func):
+        return
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):  # a builtin without a signature: Tune checks it
+        return
+    try:
+        signature.bind({}, **dict.fromkeys(objects))
+    except TypeError as error:
+        name = getattr(func, "__name__", "trainable")
+        call = "".join(f", {key}=..." for key in objects)
+        raise ConfigError(source, "trainable", f"{name}{signature} cannot be called as "
+                          f"{name}(config{call}) ({error})", "take the trial's config as the "
+                          "one positional argument: def train(config): ...") from None
 
 
 def _ship_by_value(func: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,9 @@ def _numbers(kind: str, spec: _Kind, args: Any) -> tuple[float, ...]:
     for arg in args:
         if isinstance(arg, bool) or not isinstance(arg, (int, float)):
             raise FieldProblem(kind, f"expected numbers, got {arg!r}", "write plain numbers")
+        if not math.isfinite(arg):  # Ray's samplers fail on them after the run has started
+            raise FieldProblem(kind, f"expected finite numbers, got {arg!r}",
+                               "give the range finite bounds, e.g. [1.0e-4, 1.0e+2]")
         if spec.integer and arg != int(arg):
             raise FieldProblem(kind, f"expects integers, got {arg!r}", "use uniform for floats")
     if spec.ranged and not args[0] < args[1]:

@@ -75,7 +75,15 @@ def saved_spec(exp_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ExperimentError(f"{exp_dir}: no {SPEC_FILE} here. Hint: pass the folder that "
                               "`hpo run` printed (<storage>/<name>)")
-    return yaml.safe_load(path.read_text())
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        data = error
+    if not isinstance(data, dict) or "metric" not in data or "mode" not in data:
+        raise ExperimentError(f"{path}: damaged, not the spec `hpo run` wrote (a mapping with "
+                              f"metric and mode). Hint: put the YAML the run was started with "
+                              "in its place")
+    return data
 
 
 def trial_results(trial_dir: Path) -> list[dict[str, Any]]:

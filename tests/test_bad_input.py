@@ -607,3 +607,30 @@ def test_a_search_range_that_is_not_finite_is_one_config_error(bounds: str) -> N
                        r"got (inf|nan)\. Hint: give the range finite bounds"):
         spec_from_dict({"name": "n", "trainable": "t.py:f", "metric": "a", "mode": "max",
                         "search_space": {"x": yaml.safe_load(bounds)}}, "<dict>")
+
+
+@pytest.mark.parametrize("root", ["a-file", "/proc/hpo-storage"])
+def test_a_storage_that_cannot_hold_the_folder_is_one_storage_error(tmp_path: Path,
+                                                                    root: str) -> None:
+    """A file in the way, or a root nobody can write: raw NotADirectoryError and
+    FileNotFoundError tracebacks (exit 1) before."""
+    import hpo
+
+    (tmp_path / "a-file").touch()
+    storage = tmp_path / root if root == "a-file" else Path(root)
+    spec = {"name": "s", "metric": "a", "mode": "max", "search_space": {"x": {"grid": [1]}}}
+    with pytest.raises(hpo.StorageError, match=r"/s: the experiment folder cannot be made "
+                       r"here \(.*\)\. Hint: storage \(--storage\) must name a folder you "
+                       r"can write") as caught:
+        hpo.run(spec, trainable=lambda config: None, storage=str(storage))
+    assert caught.value.exit_code == 4
+
+
+@pytest.mark.parametrize("text", ["", "name: x\nmetric: [a\n", "- a list\n"])
+@pytest.mark.parametrize("command", ["results", "best", "resume"])
+def test_a_damaged_saved_spec_is_one_line(tmp_path: Path, text: str, command: str) -> None:
+    (tmp_path / "hpo-spec.yaml").write_text(text)
+    done = CliRunner().invoke(app, [command, str(tmp_path)])
+    assert done.exit_code == 2, done.output
+    assert "hpo-spec.yaml: damaged, not the spec `hpo run` wrote" in done.output
+    assert "Traceback" not in done.output

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from hpo.cluster.slurm_env import lookup, restart_count
-from hpo.errors import LeaseError
+from hpo.errors import LeaseError, StorageError
 
 LEASE_FILE = "hpo.lease"
 PERIOD_S = 10.0
@@ -349,7 +349,12 @@ def _make_dirs(exp_dir: Path) -> list[Path]:
     """mkdir -p, returning the folders made here (innermost first), to be removed again if
     the run stops before writing anything (mkdir is atomic; the lease decides who writes)."""
     made = [p for p in (exp_dir, *exp_dir.parents) if not p.exists()]
-    exp_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        exp_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a file on the way, a read-only or missing root
+        raise StorageError(f"{exp_dir}: the experiment folder cannot be made here "
+                           f"({error.strerror}: {error.filename}). Hint: storage (--storage) "
+                           "must name a folder you can write") from error
     return made
 
 

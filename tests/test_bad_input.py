@@ -627,10 +627,14 @@ def test_a_storage_that_cannot_hold_the_folder_is_one_storage_error(tmp_path: Pa
 
 
 @pytest.mark.parametrize("text", ["", "name: x\nmetric: [a\n", "- a list\n"])
-@pytest.mark.parametrize("command", ["results", "best", "resume"])
+@pytest.mark.parametrize("command", ["results", "best", "report"])
 def test_a_damaged_saved_spec_is_one_line(tmp_path: Path, text: str, command: str) -> None:
+    import hpo
+
     (tmp_path / "hpo-spec.yaml").write_text(text)
     done = CliRunner().invoke(app, [command, str(tmp_path)])
     assert done.exit_code == 2, done.output
     assert "hpo-spec.yaml: damaged, not the spec `hpo run` wrote" in done.output
     assert "Traceback" not in done.output
+    with pytest.raises(hpo.ExperimentError, match="damaged"):  # what `hpo resume` calls
+        hpo.resume(tmp_path, keep_ray=False)

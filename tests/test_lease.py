@@ -172,6 +172,11 @@ def test_live_lease_on_another_node_refuses_with_one_line(tmp_path: Path, fast: 
                               "Slurm job 1234 (restart 0); heartbeat 0 s ago)"), message
     assert f"`hpo resume {tmp_path}` again" in message and "\n" not in message
     assert caught.value.exit_code == 3
+    with (_beating(tmp_path, other), pytest.raises(LeaseError) as caught,
+          experiment_lease(tmp_path, "run")):
+        pytest.fail("entered a folder another run holds")
+    assert f"wait for it to end, then `hpo resume {tmp_path}` continues it;" in \
+        str(caught.value)  # it said "then it again" to a run
     assert json.loads((tmp_path / LEASE_FILE).read_text())["token"] == "theirs"  # untouched
 
 

@@ -195,10 +195,10 @@ def _take_over(path: Path, watched: bytes, claimant: Holder) -> bool:
 
 
 def _refusal(exp_dir: Path, holder: Holder, action: str, seen: str) -> LeaseError:
-    again = f"`hpo resume {exp_dir}`" if action == "resume" else "it"
+    after = f"then `hpo resume {exp_dir}` " + ("again" if action == "resume" else "continues it")
     return LeaseError(
         f"{exp_dir}: in use by another hpo run ({holder.describe()}; {seen}). Hint: wait for "
-        f"it to end, then {again} again; --name starts a separate experiment. If that run is "
+        f"it to end, {after}; --name starts a separate experiment. If that run is "
         f"stuck, its lease is taken over after {holder.stale_s():g} s without heartbeat "
         f"(or delete {exp_dir / LEASE_FILE})")
 

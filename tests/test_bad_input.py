@@ -638,3 +638,18 @@ def test_a_damaged_saved_spec_is_one_line(tmp_path: Path, text: str, command: st
     assert "Traceback" not in done.output
     with pytest.raises(hpo.ExperimentError, match="damaged"):  # what `hpo resume` calls
         hpo.resume(tmp_path, keep_ray=False)
+
+
+@pytest.mark.parametrize(("module", "said"), [
+    ("train = 5\n", "'train' is not a function (it is 5). Hint: define def train(config)"),
+    ("x = 1\n", "has no function 'train'. Hint: define def train(config)"),
+])
+def test_a_file_without_the_function_says_what_to_define(tmp_path: Path, module: str,
+                                                         said: str) -> None:
+    """It said "Hint: valid: " with nothing after it."""
+    (tmp_path / "mod.py").write_text(module)
+    space = tmp_path / "space.yaml"
+    space.write_text(f"name: n\ntrainable: {tmp_path}/mod.py:train\nmetric: a\nmode: max\n"
+                     "search_space: {x: {grid: [1]}}\n")
+    done = CliRunner().invoke(app, ["validate", str(space)])
+    assert done.exit_code == 2 and said in done.output, done.output

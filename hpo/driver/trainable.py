@@ -119,8 +119,11 @@ def load_trainable(ref: str, source: str = "<spec>") -> Trainable:
     if not callable(func):
         names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
                  and getattr(v, "__module__", None) == module.__name__]
-        raise TrainableImportError(source, "trainable", f"'{target}' has no function "
-                                   f"'{func_name}'", did_you_mean(func_name, names))
+        said = f"'{target}' has no function '{func_name}'" if func is None else \
+            f"'{target}': '{func_name}' is not a function (it is {func!r:.40})"
+        hint = did_you_mean(func_name, names) if names else \
+            f"define def {func_name}(config): ... in it"
+        raise TrainableImportError(source, "trainable", said, hint)
     return func
 
 

@@ -653,3 +653,15 @@ def test_a_file_without_the_function_says_what_to_define(tmp_path: Path, module:
                      "search_space: {x: {grid: [1]}}\n")
     done = CliRunner().invoke(app, ["validate", str(space)])
     assert done.exit_code == 2 and said in done.output, done.output
+
+
+@pytest.mark.parametrize("limit", [".nan", "true"])
+def test_a_stop_that_is_no_number_is_one_config_error(limit: str) -> None:
+    """NaN compares false, so the run never stopped; true stopped at 1."""
+    from hpo.errors import ConfigError
+    from hpo.spec.load import spec_from_dict
+
+    with pytest.raises(ConfigError, match=r"stop\.loss: expected a number, got (nan|True)"):
+        spec_from_dict({"name": "n", "trainable": "t.py:f", "metric": "loss", "mode": "min",
+                        "search_space": {"x": {"grid": [1]}},
+                        "stop": {"loss": yaml.safe_load(limit)}}, "<dict>")

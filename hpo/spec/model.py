@@ -189,6 +189,16 @@ class Spec(Strict):
                            f"{type(value).__name__} {str(value)[:40]!r})",
                            "e.g. trainables.digits:train, or hpo.run(spec, trainable=train)")
 
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _numbers_to_stop_at(cls, value: Any) -> Any:
+        for key, limit in (value.items() if isinstance(value, dict) else ()):
+            # NaN compares false (a run that never stops); a bool would become 0 or 1
+            if isinstance(limit, bool) or (isinstance(limit, float) and limit != limit):
+                raise FieldProblem(key, f"expected a number, got {limit!r}",
+                                   "e.g. stop: {training_iteration: 20}")
+        return value
+
     @field_validator("optuna_storage")
     @classmethod
     def _optuna_storage(cls, value: str | None) -> str | None:

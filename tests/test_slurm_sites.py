@@ -229,6 +229,27 @@ def test_a_rank_bigger_than_the_merged_node_share_is_refused(tmp_path: Path) -> 
     assert "distributed.gpus_per_worker: one rank asks for 4 GPUs but a node has 2" in stderr
 
 
+@pytest.mark.parametrize(("extra", "said"), [
+    ("distributed: {backend: ddp, workers: 16, gpus_per_worker: 1}\n",
+     "distributed.workers: a trial has 16 ranks = 16 GPUs, but the job has 8 (1 node(s) x 8): "
+     "it would never start. Hint: lower workers, or ask for more nodes"),
+    ("resources: {cpus_per_trial: 100}\n",
+     "resources.cpus_per_trial: one trial asks for 100 CPUs but a node has "),
+])
+def test_a_trial_bigger_than_the_job_is_refused_at_render(tmp_path: Path, extra: str,
+                                                         said: str) -> None:
+    """Rendered before, and the job would have waited in the queue, then never started a
+    trial (a user found both)."""
+    space = tmp_path / "big.yaml"
+    space.write_text("name: x\ntrainable: trainables.digits:train\nmetric: a\nmode: max\n"
+                     + extra)
+    code, _, stderr = _invoke(["slurm", "render", str(space), "--site", "lumi-g", "-N", "1"])
+    assert code == 2 and len(stderr.strip().splitlines()) == 1, stderr
+    assert said in stderr
+    if "workers" in extra:  # on two nodes it fits
+        assert _invoke(["slurm", "render", str(space), "--site", "lumi-g", "-N", "2"])[0] == 0
+
+
 @pytest.mark.parametrize(("site", "args", "limit"), [
     ("lumi-g", ["--time", "2-00:00:01"], "2-00:00:00"),
     ("lumi-g", ["-p", "dev-g", "--time", "04:00:00"], "03:00:00"),

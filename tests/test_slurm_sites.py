@@ -250,6 +250,18 @@ def test_a_trial_bigger_than_the_job_is_refused_at_render(tmp_path: Path, extra:
         assert _invoke(["slurm", "render", str(space), "--site", "lumi-g", "-N", "2"])[0] == 0
 
 
+def test_horovod_on_amd_gpus_is_refused_at_render_with_the_ddp_hint() -> None:
+    """Horovod does not build on ROCm 6 (docs/install.md): the job would fail on LUMI-G."""
+    space = "search_spaces/images-horovod-asha.yaml"
+    code, _, stderr = _invoke(["slurm", "render", space, "--site", "lumi-g"])
+    assert code == 2 and len(stderr.strip().splitlines()) == 1, stderr
+    assert "distributed.backend: horovod cannot run on these AMD GPUs" in stderr
+    assert "Hint: use distributed: {backend: ddp}" in stderr
+    assert _invoke(["slurm", "render", space, "--site", "lumi-g",
+                    "--set", "distributed.backend=ddp"])[0] == 0
+    assert _invoke(["slurm", "render", space, "--site", "juwels-booster"])[0] == 0
+
+
 @pytest.mark.parametrize(("site", "args", "limit"), [
     ("lumi-g", ["--time", "2-00:00:01"], "2-00:00:00"),
     ("lumi-g", ["-p", "dev-g", "--time", "04:00:00"], "03:00:00"),

@@ -268,6 +268,11 @@ class Spec(Strict):
         try:
             spec._check_node_gpus()
             check_growth(spec.scheduler, spec.distributed, spec.checkpoint.frequency, settings)
+            if settings.gpu_vendor == "amd" and spec.distributed and \
+                    spec.distributed.backend == "horovod":
+                raise FieldProblem("distributed.backend", "horovod cannot run on these AMD GPUs "
+                                   "(it does not build on ROCm 6; slurm.gpu_vendor: amd)",
+                                   "use distributed: {backend: ddp}: the same training")
         except FieldProblem as problem:
             raise ConfigError(source, problem.field, problem.message, problem.hint) from None
         return spec

@@ -87,6 +87,25 @@ def test_parquet_needs_a_file(experiment: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("name", "options", "kind"), [
+    ("r.csv", [], "csv"), ("r.JSON", [], "json"), ("auto.parquet", [], "parquet"),
+    ("r.txt", [], "table"), ("r", [], "table"),
+    ("r.json", ["--format", "csv"], "csv"),  # an explicit --format wins over the extension
+])
+def test_without_format_the_output_files_extension_chooses(experiment: Path, tmp_path: Path,
+                                                           name: str, options: list[str],
+                                                           kind: str) -> None:
+    out = tmp_path / name
+    done = runner.invoke(app, ["results", str(experiment), "-o", str(out), *options])
+    assert done.exit_code == 0, done.output
+    read = {"csv": pd.read_csv, "parquet": pd.read_parquet,
+            "json": lambda path: pd.DataFrame(json.loads(path.read_text())),
+            "table": lambda path: pd.read_csv(path, sep=r"\s+")}[kind]
+    frame = read(out)
+    assert len(frame) == 3 and list(frame.columns[:2]) == ["trial_id", "status"], frame
+
+
+@pytest.mark.slow
 def test_results_wait_for_a_snapshot_being_written(experiment: Path, tmp_path: Path) -> None:
     """While a run goes, Tune copies its snapshot into the folder in place: a reader may find
     it empty for a moment, and must read it again rather than fail."""

@@ -147,13 +147,20 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def check_format(fmt: str, output: Path | None) -> None:
-    """Reject a format/output combination before any folder is read."""
+_BY_EXTENSION = {".csv": "csv", ".json": "json", ".parquet": "parquet"}
+
+
+def check_format(fmt: str | None, output: Path | None) -> str:
+    """The format to write: --format if given, else the one -o's extension names (.csv,
+    .json, .parquet; any other: table). Rejects a bad combination before any folder is read."""
+    if fmt is None:
+        fmt = _BY_EXTENSION.get(output.suffix.lower(), "table") if output else "table"
     if fmt not in ("table", "csv", "json", "parquet"):
         raise ExperimentError(f"--format: unknown format {fmt!r}. Hint: table, csv, parquet or "
                               "json")
     if fmt == "parquet" and output is None:
         raise ExperimentError("--format parquet: needs -o FILE. Hint: -o results.parquet")
+    return fmt
 
 
 def export(frame: pd.DataFrame, fmt: str, output: Path | None) -> str | None:

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 import hpo
 import hpo.results
 from hpo.cli import app
+from hpo.cli._shared import export
 from hpo.results import _snapshot, load_results, loading, metrics
 
 runner = CliRunner()
@@ -103,6 +104,25 @@ def test_without_format_the_output_files_extension_chooses(experiment: Path, tmp
             "table": lambda path: pd.read_csv(path, sep=r"\s+")}[kind]
     frame = read(out)
     assert len(frame) == 3 and list(frame.columns[:2]) == ["trial_id", "status"], frame
+
+
+def test_json_keeps_every_float_exactly(tmp_path: Path) -> None:
+    """Exactly, not only to 15 significant digits: pandas' to_json kept 10 decimals (1.234e-12
+    became 0.0) and keeps at most 15 (0.07780155576901421 lost its 16th digit)."""
+    values = [1.234e-12, 0.07780155576901421, 1.2345678901234567e-10, 1e300, 0.1 + 0.2]
+    frame = pd.DataFrame({"x": values + [float("nan")], "n": range(6)})
+    export(frame, "json", tmp_path / "r.json")
+    records = json.loads((tmp_path / "r.json").read_text())
+    assert [r["x"] for r in records] == [*values, None]  # ==: every bit; NaN: null
+    assert [r["n"] for r in records] == list(range(6))
+
+
+@pytest.mark.slow
+def test_json_of_a_real_run_holds_its_floats_exactly(experiment: Path) -> None:
+    done = runner.invoke(app, ["results", str(experiment), "--format", "json"])
+    records, frame = json.loads(done.stdout), load_results(experiment)
+    assert [r["time_total_s"] for r in records] == frame["time_total_s"].tolist()
+    assert [r["cpu_hours"] for r in records] == frame["cpu_hours"].tolist()
 
 
 @pytest.mark.slow

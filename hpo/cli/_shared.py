@@ -174,8 +174,31 @@ def export(frame: pd.DataFrame, fmt: str, output: Path | None) -> str | None:
     elif fmt == "csv":
         text = frame.to_csv(index=False)
     else:
-        text = frame.to_json(orient="records", indent=2) + "\n"
+        text = records_json(frame)
     if output is None:
         return text
     output.write_text(text)
     return None
+
+
+def records_json(frame: pd.DataFrame) -> str:
+    """The rows as a JSON list of objects, each float exactly as held (Python's shortest
+    repr; pandas' to_json keeps 10 or at most 15 decimals: 1.234e-12 became 0.0); NaN: null."""
+    import json
+
+    import pandas as pd
+
+    def value(v: Any) -> Any:
+        if v is None or v is pd.NA or v is pd.NaT:
+            return None
+        v = v.tolist() if hasattr(v, "tolist") else v  # numpy: Python's own values
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, (list, tuple)):
+            return [value(item) for item in v]
+        if isinstance(v, dict):
+            return {str(k): value(item) for k, item in v.items()}
+        return v.isoformat() if hasattr(v, "isoformat") else v  # a date or time: ISO 8601
+
+    rows = [{str(k): value(v) for k, v in row.items()} for row in frame.to_dict("records")]
+    return json.dumps(rows, indent=2, allow_nan=False, default=str) + "\n"

@@ -126,6 +126,32 @@ def test_json_of_a_real_run_holds_its_floats_exactly(experiment: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet", "table"])
+def test_output_into_a_missing_folder_makes_it(experiment: Path, tmp_path: Path,
+                                               fmt: str) -> None:
+    out = tmp_path / "new" / "deeper" / f"r.{fmt}"
+    done = runner.invoke(app, ["results", str(experiment), "--format", fmt, "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    assert out.stat().st_size > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("target", "expected"), [
+    ("a_file/r.csv", "cannot make its folder"),  # a file where its folder would be
+    ("a_folder", "is a folder"),
+])
+def test_output_that_cannot_be_written_is_one_line(experiment: Path, tmp_path: Path,
+                                                   target: str, expected: str) -> None:
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "a_folder").mkdir()
+    out = tmp_path / target
+    done = runner.invoke(app, ["results", str(experiment), "--format", "csv", "-o", str(out)])
+    assert done.exit_code == 2, done.output  # not 1 with a traceback
+    line = done.stderr.strip()
+    assert "\n" not in line and f"-o {out}: {expected}" in line and "Hint:" in line, line
+
+
+@pytest.mark.slow
 def test_results_wait_for_a_snapshot_being_written(experiment: Path, tmp_path: Path) -> None:
     """While a run goes, Tune copies its snapshot into the folder in place: a reader may find
     it empty for a moment, and must read it again rather than fail."""

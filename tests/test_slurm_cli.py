@@ -156,3 +156,23 @@ def test_the_venv_is_activated_after_the_modules(tmp_path: Path) -> None:
     activate = f"source {sys.prefix}/bin/activate"
     assert lines.index("module load Python") < lines.index(activate)
     assert "python -m hpo slurm run" in text
+
+
+@pytest.mark.parametrize("command", ["render", "submit"])
+def test_a_script_written_into_a_missing_folder_makes_it(tmp_path: Path, command: str) -> None:
+    space, target = tmp_path / "exp.yaml", tmp_path / "new" / "deeper" / "job.sbatch"
+    space.write_text(GOOD)
+    _invoke(["slurm", command, str(space), "--workdir", str(tmp_path), "-o", str(target)])
+    assert target.read_text().startswith("#!/bin/bash\n")  # submit: kept before sbatch runs
+
+
+def test_a_script_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    space, in_the_way = tmp_path / "exp.yaml", tmp_path / "a_file"
+    space.write_text(GOOD)
+    in_the_way.write_text("")
+    target = in_the_way / "job.sbatch"
+    code, stdout, stderr = _invoke(["slurm", "render", str(space), "--workdir", str(tmp_path),
+                                    "-o", str(target)])
+    line = stderr.strip()
+    assert code == 2 and stdout == "" and "\n" not in line, stderr
+    assert f"-o {target}: cannot make its folder {in_the_way}" in line and "Hint:" in line

@@ -24,7 +24,7 @@ from rich.table import Table
 from hpo.driver import fork_server
 from hpo.driver.guards.start_stop import StoppedAtStart
 from hpo.driver.guards.storage_faults import storage_error
-from hpo.errors import ExperimentError, HpoError, TrialErrorsWarning
+from hpo.errors import ExperimentError, HpoError, OutputError, TrialErrorsWarning
 
 if TYPE_CHECKING:  # pandas: imported where a table is made, not at the CLI's start
     import pandas as pd
@@ -163,11 +163,34 @@ def check_format(fmt: str | None, output: Path | None) -> str:
     return fmt
 
 
+def write_output(output: Path, content: str | Callable[[Path], object], example: str) -> Path:
+    """Write `content` (text, or a function writing the file it is given) to -o `output`,
+    making its folder if missing (as `hpo report` does); one line where that cannot be."""
+    output = output.expanduser()
+    if output.is_dir():
+        raise OutputError(f"-o {output}: is a folder. Hint: name a file in it, e.g. "
+                          f"{output / example}")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, no permission: not a full disk
+        why = ("a file is in the way" if isinstance(exc, (FileExistsError, NotADirectoryError))
+               else exc.strerror or str(exc))
+        raise OutputError(f"-o {output}: cannot make its folder {output.parent} ({why}). "
+                          "Hint: name a file in a folder you can write to") from None
+    try:
+        content(output) if callable(content) else output.write_text(content)
+    except PermissionError as exc:  # a full or read-only disk: `guarded` says StorageError
+        raise OutputError(f"-o {output}: cannot write it ({exc.strerror}). Hint: name a file "
+                          "in a folder you can write to") from None
+    return output
+
+
 def export(frame: pd.DataFrame, fmt: str, output: Path | None) -> str | None:
     """Write the table as csv/json/parquet to `output`, or return the text if no file."""
     check_format(fmt, output)
     if fmt == "parquet":
-        frame.to_parquet(output, index=False)
+        assert output is not None  # check_format refused parquet without a file
+        write_output(output, lambda path: frame.to_parquet(path, index=False), "results.parquet")
         return None
     if fmt == "table":
         text = frame.to_string(index=False) + "\n"
@@ -177,7 +200,7 @@ def export(frame: pd.DataFrame, fmt: str, output: Path | None) -> str | None:
         text = records_json(frame)
     if output is None:
         return text
-    output.write_text(text)
+    write_output(output, text, f"results.{'txt' if fmt == 'table' else fmt}")
     return None
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 
-from hpo.cli._shared import SetOption, err, finish, guarded, out
+from hpo.cli._shared import SetOption, err, finish, guarded, out, write_output
 from hpo.errors import ConfigError, SlurmEnvironmentError
 
 slurm_app = typer.Typer(no_args_is_help=True, help="Run experiments on a Slurm cluster.")
@@ -131,8 +131,8 @@ def render(space: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdir,
     if output is None:
         out.file.write(text)
     else:
-        output.write_text(text)
-        err.print(f"wrote {output}", highlight=False)
+        written = write_output(output, text, "job.sbatch")
+        err.print(f"wrote {written}", highlight=False)
 
 
 @slurm_app.command()
@@ -146,7 +146,7 @@ def submit(space: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdir,
     """Render the sbatch script for SPACE.yaml, submit it with sbatch, print the job id."""
     text = _render(space, overrides, site, storage, name, workdir, sbatch)
     if output is not None:
-        output.write_text(text)
+        write_output(output, text, "job.sbatch")
     out.print(_sbatch(text, str(space)), highlight=False)
 
 
@@ -186,7 +186,7 @@ def join(experiment: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdi
     text = render_join(exp_dir, point.name, settings,
                        str(workdir or settings.workdir or Path.cwd()))
     if output is not None:
-        output.write_text(text)
+        write_output(output, text, "job.sbatch")
     if dry_run:
         out.file.write(text)
         return

@@ -32,7 +32,7 @@ def test_render_matches_golden_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     code, text, stderr = _invoke(GOLDEN_ARGS)
     assert code == 0, stderr
-    check_golden(GOLDEN, with_golden_venv(text), REGENERATE)
+    check_golden(GOLDEN, with_golden_venv(text, ROOT), REGENERATE)
 
 
 def test_golden_script_asks_for_what_the_bootstrap_needs() -> None:
@@ -156,6 +156,30 @@ def test_the_venv_is_activated_after_the_modules(tmp_path: Path) -> None:
     activate = f"source {sys.prefix}/bin/activate"
     assert lines.index("module load Python") < lines.index(activate)
     assert "python -m hpo slurm run" in text
+
+
+def test_a_script_rendered_elsewhere_finds_its_space_from_the_workdir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job cds into --workdir first: SPACE given relative to where render ran is named by
+    its absolute path; a workdir missing here is one warning line (it may exist on the
+    cluster's nodes alone), a relative one is taken from here."""
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "exp.yaml").write_text(GOOD.replace("tests/", f"{ROOT}/tests/"))
+    monkeypatch.chdir(tmp_path / "x")
+    other = tmp_path / "other"
+    code, _, stderr = _invoke(["slurm", "render", "exp.yaml", "--workdir", str(other),
+                               "-o", "job.sbatch"])
+    assert code == 0, stderr
+    lines = (tmp_path / "x" / "job.sbatch").read_text().splitlines()
+    assert f"cd {other}" in lines
+    (run,) = [line.split() for line in lines if " slurm run " in line]
+    space = run[run.index("run") + 1]
+    assert (other / space).resolve() == (tmp_path / "x" / "exp.yaml").resolve()  # from there
+    (warning,) = [line for line in stderr.splitlines() if line.startswith("warning:")]
+    assert f"--workdir {other}: no such folder here" in warning
+    other.mkdir()
+    code, text, stderr = _invoke(["slurm", "render", "exp.yaml", "--workdir", "../other"])
+    assert code == 0 and f"cd {other}" in text.splitlines() and "warning" not in stderr
 
 
 @pytest.mark.parametrize("command", ["render", "submit"])

@@ -24,6 +24,7 @@ from hpo.errors import (
     HpoError,
     LeaseError,
     NotRunningError,
+    OutputError,
     RunError,
     SlurmEnvironmentError,
     StorageError,
@@ -71,7 +72,7 @@ if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
 
 __all__ = [
     "ClusterStartError", "ConfigError", "ExperimentError", "HpoError", "LeaseError",
-    "NotRunningError", "RunError", "SlurmEnvironmentError", "StorageError",
+    "NotRunningError", "OutputError", "RunError", "SlurmEnvironmentError", "StorageError",
     "TrainableImportError", "TrialErrorsWarning",
     "get_checkpoint", "load", "load_checkpoint", "load_spec", "report", "resume", "run",
     "shutdown", "with_parameters",

@@ -32,6 +32,12 @@ class ExperimentError(HpoError):
     exit_code = 2
 
 
+class OutputError(HpoError):
+    """A file to write (-o) names a folder, or its folder cannot be made."""
+
+    exit_code = 2
+
+
 class RunError(HpoError):
     """The run itself failed: trials errored, nothing reported the metric, no resources."""
 

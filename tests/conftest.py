@@ -84,13 +84,18 @@ def cli_invoke(args: list[str], env: dict[str, str] | None = None) -> tuple[int,
     return result.exit_code, result.stdout, result.stderr
 
 
-GOLDEN_VENV = "/p/project/hpo/.venv"
+GOLDEN_WORKDIR = "/p/project/hpo"
+GOLDEN_VENV = f"{GOLDEN_WORKDIR}/.venv"
 
 
-def with_golden_venv(text: str) -> str:
+def with_golden_venv(text: str, rendered_in: Path) -> str:
     """A rendered script with this test run's venv (the default slurm.venv: the environment
-    that renders) shown as the golden files' /p/project/hpo/.venv."""
-    return text.replace(sys.prefix, GOLDEN_VENV)
+    that renders) shown as the golden files' /p/project/hpo/.venv, and the folder it was
+    rendered in (SPACE is named by its absolute path) as /p/project/hpo."""
+    text = text.replace(sys.prefix, GOLDEN_VENV)
+    for folder in {str(rendered_in), os.path.realpath(rendered_in)}:
+        text = text.replace(f"{folder}/", f"{GOLDEN_WORKDIR}/")
+    return text
 
 
 def check_golden(golden: Path, text: str, regenerate: str) -> None:

@@ -64,13 +64,14 @@ def test_installed_package_renders_the_golden_sbatch(installed: Path, tmp_path: 
                    "tests/golden/slurm-space.yaml", "--workdir", "/p/project/hpo",
                    "--storage", "/p/scratch/hpo/results")
     assert done.returncode == 0, done.stderr
-    assert with_golden_venv(done.stdout) == (GOLDEN / "slurm-job.sbatch").read_text()
+    assert with_golden_venv(done.stdout, tmp_path) == (GOLDEN / "slurm-job.sbatch").read_text()
     for site in SITES:
         done = _python(installed, tmp_path, "-m", "hpo", "slurm", "render",
                        "tests/golden/site-space.yaml", "--site", site, "--workdir",
                        "/p/project/hpo", "--storage", "/p/scratch/hpo/results")
         assert done.returncode == 0, done.stderr
-        assert with_golden_venv(done.stdout) == (GOLDEN / f"site-{site}.sbatch").read_text(), site
+        golden = (GOLDEN / f"site-{site}.sbatch").read_text()
+        assert with_golden_venv(done.stdout, tmp_path) == golden, site
 
 
 @pytest.mark.ray

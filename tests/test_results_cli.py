@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 import hpo
 import hpo.results
 from hpo.cli import app
+from hpo.cli._shared import export
 from hpo.results import _snapshot, load_results, loading, metrics
 
 runner = CliRunner()
@@ -84,6 +85,70 @@ def test_not_an_experiment(tmp_path: Path, args: list[str], expected: str) -> No
 def test_parquet_needs_a_file(experiment: Path) -> None:
     done = runner.invoke(app, ["results", str(experiment), "--format", "parquet"])
     assert done.exit_code == 2 and "needs -o FILE" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "options", "kind"), [
+    ("r.csv", [], "csv"), ("r.JSON", [], "json"), ("auto.parquet", [], "parquet"),
+    ("r.txt", [], "table"), ("r", [], "table"),
+    ("r.json", ["--format", "csv"], "csv"),  # an explicit --format wins over the extension
+])
+def test_without_format_the_output_files_extension_chooses(experiment: Path, tmp_path: Path,
+                                                           name: str, options: list[str],
+                                                           kind: str) -> None:
+    out = tmp_path / name
+    done = runner.invoke(app, ["results", str(experiment), "-o", str(out), *options])
+    assert done.exit_code == 0, done.output
+    read = {"csv": pd.read_csv, "parquet": pd.read_parquet,
+            "json": lambda path: pd.DataFrame(json.loads(path.read_text())),
+            "table": lambda path: pd.read_csv(path, sep=r"\s+")}[kind]
+    frame = read(out)
+    assert len(frame) == 3 and list(frame.columns[:2]) == ["trial_id", "status"], frame
+
+
+def test_json_keeps_every_float_exactly(tmp_path: Path) -> None:
+    """Exactly, not only to 15 significant digits: pandas' to_json kept 10 decimals (1.234e-12
+    became 0.0) and keeps at most 15 (0.07780155576901421 lost its 16th digit)."""
+    values = [1.234e-12, 0.07780155576901421, 1.2345678901234567e-10, 1e300, 0.1 + 0.2]
+    frame = pd.DataFrame({"x": values + [float("nan")], "n": range(6)})
+    export(frame, "json", tmp_path / "r.json")
+    records = json.loads((tmp_path / "r.json").read_text())
+    assert [r["x"] for r in records] == [*values, None]  # ==: every bit; NaN: null
+    assert [r["n"] for r in records] == list(range(6))
+
+
+@pytest.mark.slow
+def test_json_of_a_real_run_holds_its_floats_exactly(experiment: Path) -> None:
+    done = runner.invoke(app, ["results", str(experiment), "--format", "json"])
+    records, frame = json.loads(done.stdout), load_results(experiment)
+    assert [r["time_total_s"] for r in records] == frame["time_total_s"].tolist()
+    assert [r["cpu_hours"] for r in records] == frame["cpu_hours"].tolist()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet", "table"])
+def test_output_into_a_missing_folder_makes_it(experiment: Path, tmp_path: Path,
+                                               fmt: str) -> None:
+    out = tmp_path / "new" / "deeper" / f"r.{fmt}"
+    done = runner.invoke(app, ["results", str(experiment), "--format", fmt, "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    assert out.stat().st_size > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("target", "expected"), [
+    ("a_file/r.csv", "cannot make its folder"),  # a file where its folder would be
+    ("a_folder", "is a folder"),
+])
+def test_output_that_cannot_be_written_is_one_line(experiment: Path, tmp_path: Path,
+                                                   target: str, expected: str) -> None:
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "a_folder").mkdir()
+    out = tmp_path / target
+    done = runner.invoke(app, ["results", str(experiment), "--format", "csv", "-o", str(out)])
+    assert done.exit_code == 2, done.output  # not 1 with a traceback
+    line = done.stderr.strip()
+    assert "\n" not in line and f"-o {out}: {expected}" in line and "Hint:" in line, line
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ def test_render_matches_golden_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     code, text, stderr = _invoke(GOLDEN_ARGS)
     assert code == 0, stderr
-    check_golden(GOLDEN, with_golden_venv(text), REGENERATE)
+    check_golden(GOLDEN, with_golden_venv(text, ROOT), REGENERATE)
 
 
 def test_golden_script_asks_for_what_the_bootstrap_needs() -> None:
@@ -156,3 +156,47 @@ def test_the_venv_is_activated_after_the_modules(tmp_path: Path) -> None:
     activate = f"source {sys.prefix}/bin/activate"
     assert lines.index("module load Python") < lines.index(activate)
     assert "python -m hpo slurm run" in text
+
+
+def test_a_script_rendered_elsewhere_finds_its_space_from_the_workdir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job cds into --workdir first: SPACE given relative to where render ran is named by
+    its absolute path; a workdir missing here is one warning line (it may exist on the
+    cluster's nodes alone), a relative one is taken from here."""
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "exp.yaml").write_text(GOOD.replace("tests/", f"{ROOT}/tests/"))
+    monkeypatch.chdir(tmp_path / "x")
+    other = tmp_path / "other"
+    code, _, stderr = _invoke(["slurm", "render", "exp.yaml", "--workdir", str(other),
+                               "-o", "job.sbatch"])
+    assert code == 0, stderr
+    lines = (tmp_path / "x" / "job.sbatch").read_text().splitlines()
+    assert f"cd {other}" in lines
+    (run,) = [line.split() for line in lines if " slurm run " in line]
+    space = run[run.index("run") + 1]
+    assert (other / space).resolve() == (tmp_path / "x" / "exp.yaml").resolve()  # from there
+    (warning,) = [line for line in stderr.splitlines() if line.startswith("warning:")]
+    assert f"--workdir {other}: no such folder here" in warning
+    other.mkdir()
+    code, text, stderr = _invoke(["slurm", "render", "exp.yaml", "--workdir", "../other"])
+    assert code == 0 and f"cd {other}" in text.splitlines() and "warning" not in stderr
+
+
+@pytest.mark.parametrize("command", ["render", "submit"])
+def test_a_script_written_into_a_missing_folder_makes_it(tmp_path: Path, command: str) -> None:
+    space, target = tmp_path / "exp.yaml", tmp_path / "new" / "deeper" / "job.sbatch"
+    space.write_text(GOOD)
+    _invoke(["slurm", command, str(space), "--workdir", str(tmp_path), "-o", str(target)])
+    assert target.read_text().startswith("#!/bin/bash\n")  # submit: kept before sbatch runs
+
+
+def test_a_script_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    space, in_the_way = tmp_path / "exp.yaml", tmp_path / "a_file"
+    space.write_text(GOOD)
+    in_the_way.write_text("")
+    target = in_the_way / "job.sbatch"
+    code, stdout, stderr = _invoke(["slurm", "render", str(space), "--workdir", str(tmp_path),
+                                    "-o", str(target)])
+    line = stderr.strip()
+    assert code == 2 and stdout == "" and "\n" not in line, stderr
+    assert f"-o {target}: cannot make its folder {in_the_way}" in line and "Hint:" in line

@@ -29,8 +29,8 @@ mode: max
 """
 
 
-def golden_args(site: str) -> list[str]:
-    return ["slurm", "render", SPACE, "--site", site, "--workdir", "/p/project/hpo",
+def golden_args(site: str, workdir: str = "/p/project/hpo") -> list[str]:
+    return ["slurm", "render", SPACE, "--site", site, "--workdir", workdir,
             "--storage", "/p/scratch/hpo/results"]
 
 
@@ -47,7 +47,7 @@ def test_site_renders_its_golden_file(site: str, monkeypatch: pytest.MonkeyPatch
     golden = Path(f"tests/golden/site-{site}.sbatch")
     code, text, stderr = _invoke(golden_args(site))
     assert code == 0, stderr
-    check_golden(golden, with_golden_venv(text), REGENERATE)
+    check_golden(golden, with_golden_venv(text, ROOT), REGENERATE)
 
 
 @pytest.mark.parametrize(("site", "lines"), [
@@ -276,8 +276,8 @@ def test_a_time_over_the_partitions_limit_is_refused(site: str, args: list[str],
 
 
 def test_a_partition_without_a_known_limit_takes_any_time() -> None:
-    code, text, stderr = _invoke([*golden_args("lumi-g"), "-p", "small-g", "--gpus-per-node",
-                                  "2", "--time", "3-00:00:00"])
+    code, text, stderr = _invoke([*golden_args("lumi-g", str(ROOT)), "-p", "small-g",
+                                  "--gpus-per-node", "2", "--time", "3-00:00:00"])
     assert code == 0 and "#SBATCH --time=3-00:00:00" in text, stderr
     assert "warning" not in stderr  # small-g shares nodes: billed per GCD
     code, _, stderr = _invoke([*golden_args("lumi-g"), "-p", "my-own", "--time", "9-00:00:00"])
@@ -285,12 +285,12 @@ def test_a_partition_without_a_known_limit_takes_any_time() -> None:
 
 
 def test_asking_for_part_of_a_whole_node_warns_in_one_line() -> None:
-    code, text, stderr = _invoke([*golden_args("lumi-g"), "--gpus-per-node", "4"])
+    code, text, stderr = _invoke([*golden_args("lumi-g", str(ROOT)), "--gpus-per-node", "4"])
     assert code == 0 and "#SBATCH --gpus-per-node=4" in text
     warning = stderr.strip()
     assert warning.startswith("warning: partition standard-g bills whole nodes") and (
         "4 of 8 GPUs" in warning and "\n" not in warning), warning
-    code, _, stderr = _invoke(golden_args("lumi-g"))
+    code, _, stderr = _invoke(golden_args("lumi-g", str(ROOT)))
     assert code == 0 and "warning" not in stderr
 
 

@@ -160,7 +160,9 @@ def resume(experiment_dir: Path,
 @app.command()
 @guarded
 def results(experiment_dir: Path,
-            fmt: str = typer.Option("table", "--format", help="table, csv, parquet or json"),
+            fmt: str | None = typer.Option(None, "--format", help="table, csv, parquet or "
+                                           "json [default: from -o's extension .csv, .json or "
+                                           ".parquet, else table]"),
             output: Path | None = typer.Option(None, "-o", "--output",
                                                help="Write to this file, not to stdout."),
             curves: bool = typer.Option(False, "--curves", metavar=FLAG,
@@ -171,7 +173,7 @@ def results(experiment_dir: Path,
     from hpo.cli._shared import check_format, export
     from hpo.results import load_curves, load_results
 
-    check_format(fmt, output)
+    fmt = check_format(fmt, output)
     frame = load_curves(experiment_dir) if curves else load_results(experiment_dir)
     if fmt == "table" and output is None:
         print_table(frame)

@@ -24,7 +24,7 @@ from rich.table import Table
 from hpo.driver import fork_server
 from hpo.driver.guards.start_stop import StoppedAtStart
 from hpo.driver.guards.storage_faults import storage_error
-from hpo.errors import ExperimentError, HpoError, TrialErrorsWarning
+from hpo.errors import ExperimentError, HpoError, OutputError, TrialErrorsWarning
 
 if TYPE_CHECKING:  # pandas: imported where a table is made, not at the CLI's start
     import pandas as pd
@@ -147,28 +147,81 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def check_format(fmt: str, output: Path | None) -> None:
-    """Reject a format/output combination before any folder is read."""
+_BY_EXTENSION = {".csv": "csv", ".json": "json", ".parquet": "parquet"}
+
+
+def check_format(fmt: str | None, output: Path | None) -> str:
+    """The format to write: --format if given, else the one -o's extension names (.csv,
+    .json, .parquet; any other: table). Rejects a bad combination before any folder is read."""
+    if fmt is None:
+        fmt = _BY_EXTENSION.get(output.suffix.lower(), "table") if output else "table"
     if fmt not in ("table", "csv", "json", "parquet"):
         raise ExperimentError(f"--format: unknown format {fmt!r}. Hint: table, csv, parquet or "
                               "json")
     if fmt == "parquet" and output is None:
         raise ExperimentError("--format parquet: needs -o FILE. Hint: -o results.parquet")
+    return fmt
+
+
+def write_output(output: Path, content: str | Callable[[Path], object], example: str) -> Path:
+    """Write `content` (text, or a function writing the file it is given) to -o `output`,
+    making its folder if missing (as `hpo report` does); one line where that cannot be."""
+    output = output.expanduser()
+    if output.is_dir():
+        raise OutputError(f"-o {output}: is a folder. Hint: name a file in it, e.g. "
+                          f"{output / example}")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, no permission: not a full disk
+        why = ("a file is in the way" if isinstance(exc, (FileExistsError, NotADirectoryError))
+               else exc.strerror or str(exc))
+        raise OutputError(f"-o {output}: cannot make its folder {output.parent} ({why}). "
+                          "Hint: name a file in a folder you can write to") from None
+    try:
+        content(output) if callable(content) else output.write_text(content)
+    except PermissionError as exc:  # a full or read-only disk: `guarded` says StorageError
+        raise OutputError(f"-o {output}: cannot write it ({exc.strerror}). Hint: name a file "
+                          "in a folder you can write to") from None
+    return output
 
 
 def export(frame: pd.DataFrame, fmt: str, output: Path | None) -> str | None:
     """Write the table as csv/json/parquet to `output`, or return the text if no file."""
     check_format(fmt, output)
     if fmt == "parquet":
-        frame.to_parquet(output, index=False)
+        assert output is not None  # check_format refused parquet without a file
+        write_output(output, lambda path: frame.to_parquet(path, index=False), "results.parquet")
         return None
     if fmt == "table":
         text = frame.to_string(index=False) + "\n"
     elif fmt == "csv":
         text = frame.to_csv(index=False)
     else:
-        text = frame.to_json(orient="records", indent=2) + "\n"
+        text = records_json(frame)
     if output is None:
         return text
-    output.write_text(text)
+    write_output(output, text, f"results.{'txt' if fmt == 'table' else fmt}")
     return None
+
+
+def records_json(frame: pd.DataFrame) -> str:
+    """The rows as a JSON list of objects, each float exactly as held (Python's shortest
+    repr; pandas' to_json keeps 10 or at most 15 decimals: 1.234e-12 became 0.0); NaN: null."""
+    import json
+
+    import pandas as pd
+
+    def value(v: Any) -> Any:
+        if v is None or v is pd.NA or v is pd.NaT:
+            return None
+        v = v.tolist() if hasattr(v, "tolist") else v  # numpy: Python's own values
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, (list, tuple)):
+            return [value(item) for item in v]
+        if isinstance(v, dict):
+            return {str(k): value(item) for k, item in v.items()}
+        return v.isoformat() if hasattr(v, "isoformat") else v  # a date or time: ISO 8601
+
+    rows = [{str(k): value(v) for k, v in row.items()} for row in frame.to_dict("records")]
+    return json.dumps(rows, indent=2, allow_nan=False, default=str) + "\n"

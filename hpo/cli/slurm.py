@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 
-from hpo.cli._shared import SetOption, err, finish, guarded, out
+from hpo.cli._shared import SetOption, err, finish, guarded, out, write_output
 from hpo.errors import ConfigError, SlurmEnvironmentError
 
 slurm_app = typer.Typer(no_args_is_help=True, help="Run experiments on a Slurm cluster.")
@@ -48,10 +48,23 @@ def _render(space: Path, overrides: list[str] | None, site: str | None, storage:
 
     spec, settings = _settings(space, overrides, site, sbatch.given())
     _warn_billing(settings)
-    return render_sbatch(spec.name, str(space), settings,
-                         workdir=str(workdir or settings.workdir or Path.cwd()),
+    # The job cds into the workdir first: a relative SPACE would be looked for there.
+    return render_sbatch(spec.name, os.path.abspath(space.expanduser()), settings,
+                         workdir=_job_workdir(workdir, settings.workdir),
                          storage=storage, run_name=name,
                          site=site_argument(site) if site else None, overrides=overrides or [])
+
+
+def _job_workdir(given: Path | None, from_yaml: str | None) -> str:
+    """The folder the job cds into, absolute (the script may be submitted from elsewhere).
+    One missing here is a warning, not an error: the script may be rendered off the cluster,
+    or name a file system mounted only on its compute nodes."""
+    option = "--workdir" if given else "slurm.workdir"
+    workdir = os.path.abspath(Path(given or from_yaml or Path.cwd()).expanduser())
+    if not Path(workdir).is_dir():
+        err.print(f"warning: {option} {workdir}: no such folder here; the job cds into it, "
+                  "so it must exist where the job runs", highlight=False, soft_wrap=True)
+    return workdir
 
 
 def _warn_billing(settings: Any) -> None:
@@ -115,7 +128,8 @@ def with_sbatch_options(command: Callable[..., Any],
     return wrapper
 
 
-_Workdir = typer.Option(None, "--workdir", help="Folder the job runs in (default: here).")
+_Workdir = typer.Option(None, "--workdir", help="Folder the job runs in (default: here; a "
+                        "relative one is taken from here). Missing here: a warning.")
 
 
 @slurm_app.command()
@@ -131,8 +145,8 @@ def render(space: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdir,
     if output is None:
         out.file.write(text)
     else:
-        output.write_text(text)
-        err.print(f"wrote {output}", highlight=False)
+        written = write_output(output, text, "job.sbatch")
+        err.print(f"wrote {written}", highlight=False)
 
 
 @slurm_app.command()
@@ -146,7 +160,7 @@ def submit(space: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdir,
     """Render the sbatch script for SPACE.yaml, submit it with sbatch, print the job id."""
     text = _render(space, overrides, site, storage, name, workdir, sbatch)
     if output is not None:
-        output.write_text(text)
+        write_output(output, text, "job.sbatch")
     out.print(_sbatch(text, str(space)), highlight=False)
 
 
@@ -183,10 +197,9 @@ def join(experiment: Path, sbatch: SbatchOptions, workdir: Path | None = _Workdi
     settings = merged_settings(SlurmSettings.model_validate(point.slurm), site, sbatch.given(),
                                str(exp_dir))
     _warn_billing(settings)
-    text = render_join(exp_dir, point.name, settings,
-                       str(workdir or settings.workdir or Path.cwd()))
+    text = render_join(exp_dir, point.name, settings, _job_workdir(workdir, settings.workdir))
     if output is not None:
-        output.write_text(text)
+        write_output(output, text, "job.sbatch")
     if dry_run:
         out.file.write(text)
         return

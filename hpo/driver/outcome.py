@@ -44,11 +44,14 @@ class RunResult:
         failed = self.dataframe[self.dataframe["status"] == "ERROR"]
         first = Path(failed.iloc[0]["path"]) / "error.txt" if len(failed) else None
         lines = first.read_text().strip().splitlines() if first and first.exists() else []
-        cause = f" First: {lines[-1][:200]}" if lines else ""
+        # a cause with a hint of its own (hpo's errors raised in a trial): one Hint, its first
+        cause, _, hint = (lines[-1][:200] if lines else "").partition(" Hint: ")
+        cause = f" First: {cause}" if cause else ""
         names = ", ".join(failed["trial_id"].astype(str).head(5))
         more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
         return (f"{self.errors} trial(s) failed after their retries ({names}{more}).{cause} "
-                f"Hint: see error.txt in the trial folders; {self.resume_hint} retries them")
+                f"Hint: {hint + '; ' if hint else ''}see error.txt in the trial folders; "
+                f"{self.resume_hint} retries them")
 
 
 def missing_metric(tune_said: str, spec: Spec) -> str:

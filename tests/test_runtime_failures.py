@@ -101,6 +101,15 @@ def test_a_metric_reported_as_a_str_is_refused_at_the_report(tmp_path: Path) -> 
 
 
 
+def test_a_class_metric_reported_as_a_str_is_said_at_the_end(tmp_path: Path) -> None:
+    """A class's results bypass hpo.report: the run's end says what the trials reported."""
+    code, _, stderr = _run(tmp_path, "TextMetricClass")
+    assert code == 1 and "Traceback" not in stderr, stderr[-2000:]
+    assert _last_line(stderr) == ("error: the metric 'score' was reported as a str ('0.17'), "
+                                  "not a number. Hint: report a number, e.g. "
+                                  "hpo.report({'score': float(...)})")
+
+
 @pytest.mark.parametrize("value", [True, np.bool_(False), np.float32(0.5), np.int64(3),
                                    np.array(0.5), math.nan, None])
 def test_numbers_of_every_kind_pass_the_report(value: object) -> None:

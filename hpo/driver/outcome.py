@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpo.errors import RunError
-from hpo.results import best_config, load_results
+from hpo.results import best_config, load_results, never_a_number
 from hpo.spec.model import PYTHON_TRAINABLE, Spec
 from hpo.spec.plan import trial_count
 from hpo.trial.cost import Totals
@@ -112,6 +112,8 @@ def outcome(exp_dir: Path, spec: Spec, frame: pd.DataFrame | None = None) -> Run
     if frame.empty or frame[f"best_{metric}"].isna().all():
         if result.errors:  # the cause is more use than "no metric"
             raise RunError(result.errors_summary())
+        if never_a_number(frame):
+            raise RunError(never_a_number(frame))
         raise RunError(f"{exp_dir}: no trial reported the metric '{metric}'. Hint: the trainable "
                        f"must call hpo.report({{'{metric}': ...}}); see the trials' error.txt "
                        f"and {LOG_FILE}")

@@ -73,3 +73,14 @@ class StorageError(HpoError):
 class TrialErrorsWarning(UserWarning):
     """From Python: a run returned with trials that failed after their retries (its result
     holds the others); the `hpo` command says it as an error line and exits 1 instead."""
+
+
+def not_a_number(metric: str, value: object) -> str:
+    """The one line for a metric reported as something else than a number (a str, a tensor):
+    said at the report, and by a run or `hpo best` whose trials never reported it as one."""
+    shown = " ".join(repr(value).split())  # a tensor's repr spans lines
+    shown = shown if len(shown) <= 40 else f"{shown[:37]}..."
+    kind = type(value).__name__
+    kind = f"an {kind}" if kind[0] in "aeiou" or kind == "ndarray" else f"a {kind}"
+    return (f"the metric '{metric}' was reported as {kind} ({shown}), "
+            f"not a number. Hint: report a number, e.g. hpo.report({{'{metric}': float(...)}})")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from hpo.errors import ExperimentError
+from hpo.errors import ExperimentError, not_a_number
 
 if TYPE_CHECKING:  # pandas takes 0.3 s to import: `hpo run` loads it after Ray has started
     import pandas as pd
@@ -271,9 +271,19 @@ def best_config(frame: pd.DataFrame) -> dict[str, Any]:
     import pandas as pd
 
     if frame.empty or pd.isna(frame.iloc[0][f"best_{frame.attrs['metric']}"]):
-        raise ExperimentError("no trial reported the metric yet. Hint: wait for the first "
-                              "results, or check the trials' error.txt files")
+        raise ExperimentError(never_a_number(frame) or "no trial reported the metric yet. "
+                              "Hint: wait for the first results, or check the trials' "
+                              "error.txt files")
     return row_config(frame.iloc[0])
+
+
+def never_a_number(frame: pd.DataFrame) -> str | None:
+    """Where no trial reported the metric as a number but one reported it as something else
+    (a str, a bool; a class trainable's or tune.report's, which hpo.report does not see): what."""
+    metric = frame.attrs.get("metric", "")
+    values = frame.get(metric, [])  # each trial's last value
+    found = next((v for v in values if v is not None and not _is_number(v)), None)
+    return None if found is None else not_a_number(metric, found)
 
 
 def kept_best(trial_dir: Path) -> Path | None:

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ray import tune
+
 import hpo
 
 
@@ -132,3 +134,22 @@ def sees_ended_trials(config: dict[str, Any]) -> None:
             seen = seen or (len(rows) == int(config["steps"]) and rows[0]["config"]["x"] == 0)
         time.sleep(0.05)
     hpo.report({"score": 1.0, "seen": seen})
+
+
+def text_metric(config: dict[str, Any]) -> None:
+    """Reports its metric as a str, as read from a log line."""
+    hpo.report({"score": "0.17"})
+
+
+
+class TextMetricClass(tune.Trainable):
+    """`text_metric` as a Ray Tune class: its results bypass hpo.report."""
+
+    def step(self) -> dict[str, Any]:
+        return {"score": "0.17", "done": True}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:  # Tune saves a class's own
+        pass
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        pass

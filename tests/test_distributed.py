@@ -105,3 +105,13 @@ def test_hung_rank_fails_the_trial_within_the_timeout(tmp_path: Path) -> None:
     # rank 1 never joins the first allreduce, so rank 0 blocks and never reports
     with pytest.raises(hpo.RunError, match="RankFailure: no report from rank 0 for 10 s"):
         hpo.run(spec, num_cpus=2)
+
+
+def test_a_metric_reported_as_a_tensor_fails_the_trial_at_the_report(tmp_path: Path) -> None:
+    """Each rank refuses it in hpo.report (Tune wrote it as the text 'tensor(0.5000)')."""
+    spec = _spec(tmp_path, "tensor", "tensor_loss", "ddp")
+    with pytest.raises(hpo.RunError) as failed:
+        hpo.run(spec, num_cpus=2)
+    assert "the metric 'loss' was reported as a Tensor (tensor(0.5000)), not a number. " \
+        "Hint: report a number, e.g. hpo.report({'loss': float(...)})" in str(failed.value)
+    assert "\n" not in str(failed.value)

@@ -114,6 +114,21 @@ def test_results_of_a_folder_without_reports(experiment: Path) -> None:
         _ = results.best_config
 
 
+@pytest.mark.parametrize(("value", "said"), [("0.17", "a str ('0.17')"), (True, "a bool (True)")])
+def test_best_of_a_metric_never_reported_as_a_number_says_so(experiment: Path, value: object,
+                                                            said: str) -> None:
+    """A class trainable's or tune.report's metric, which hpo.report does not check: `hpo best`
+    said "no trial reported the metric yet", which the trials did (the table ranks neither)."""
+    from conftest import cli_invoke
+
+    for result in experiment.glob("*/result.json"):
+        result.write_text(json.dumps({**RAY_FIELDS, "acc": value, "training_iteration": 1}))
+    code, out, err = cli_invoke(["best", str(experiment)])
+    assert (code, out) == (2, ""), err
+    assert err.strip() == (f"error: the metric 'acc' was reported as {said}, not a number. "
+                           "Hint: report a number, e.g. hpo.report({'acc': float(...)})"), err
+
+
 def _log_experiment(trials: int = 120) -> Experiment:
     """lr loguniform over four decades, its effect linear in log(lr); noise a smaller one."""
     rng = np.random.default_rng(0)

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, command_lines, hpo_cli, trial_rows
+from stop_points import SPEC as STOP_SPEC
+from stop_points import StopAt
 
 from hpo.driver.run_dir import OWNER_FILE
 from hpo.errors import ExperimentError
@@ -193,3 +195,26 @@ storage: {tmp_path}
     assert "\n" not in line and line.startswith(f"hpo: {exp_dir} has finished"), line
     assert "best: none yet" not in again.stderr
     assert (exp_dir / "hpo.log").read_bytes() == log_before  # no Ray: nothing more logged
+
+
+@pytest.mark.ray
+def test_the_live_view_best_after_resume_counts_the_trials_before_the_stop(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Trials x=0.9 and 0.8 finish, the stop lands on the third's first report, the resume
+    finishes the worse two: the last frame's best is x=0.9's, as in the table (it named the
+    best of the trials that ran after the resume)."""
+    import hpo
+
+    spec = {**STOP_SPEC, "name": "seeded", "search": {"type": "grid"}, "max_concurrent": 1,
+            "num_samples": 1,
+            "search_space": {"x": {"choice": [0.9, 0.8, 0.1, 0.2]}},
+            "constants": {"steps": 3, "sleep": 0.0}}
+    with pytest.raises(hpo.RunError, match="stopped by SIGUSR1"):
+        hpo.run(spec, storage=str(tmp_path), num_cpus=2,
+                callbacks=[StopAt(signal.SIGUSR1, 2, 1, str(tmp_path / "fired"))])
+    capfd.readouterr()
+    result = hpo.resume(tmp_path / "seeded", num_cpus=2)
+    best = result.dataframe.iloc[0]
+    assert (best["config/x"], best["best_score"]) == (0.9, pytest.approx(2.7))
+    frames = capfd.readouterr().err
+    assert f"best score 2.7 (trial {best['trial_id']})" in frames, frames[-2000:]

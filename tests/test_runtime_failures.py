@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import hpo_cli
 
+import hpo
 from hpo.results import load_results
+from hpo.trial.session import local_trial
 
 pytestmark = pytest.mark.slow
 
@@ -83,3 +87,46 @@ def test_failing_trials_are_reported_with_their_cause(tmp_path: Path) -> None:
     # What a failed trial printed last is kept in its folder, though it was never flushed.
     kept = [path.read_text() for path in (tmp_path / "results" / "crashes").glob("*/stdout")]
     assert len(kept) == 2 and all("about to fail" in text for text in kept), kept
+
+
+def test_a_metric_reported_as_a_str_is_refused_at_the_report(tmp_path: Path) -> None:
+    """It said "no trial reported the metric 'score'", which the trainable did."""
+    code, _, stderr = _run(tmp_path, "text_metric")
+    line = _last_line(stderr)
+    assert code == 1 and "Traceback" not in stderr, stderr[-2000:]
+    assert re.match(r"error: 2 trial\(s\) failed after their retries \(\w+, \w+\)\. First: "
+                    r"TypeError: the metric 'score' was reported as a str \('0\.17'\), not a "
+                    r"number\. Hint: report a number, e\.g\. hpo\.report\(\{'score': "
+                    r"float\(\.\.\.\)\}\); see error\.txt in the trial folders; ", line), line
+
+
+
+def test_a_class_metric_reported_as_a_str_is_said_at_the_end(tmp_path: Path) -> None:
+    """A class's results bypass hpo.report: the run's end says what the trials reported."""
+    code, _, stderr = _run(tmp_path, "TextMetricClass")
+    assert code == 1 and "Traceback" not in stderr, stderr[-2000:]
+    assert _last_line(stderr) == ("error: the metric 'score' was reported as a str ('0.17'), "
+                                  "not a number. Hint: report a number, e.g. "
+                                  "hpo.report({'score': float(...)})")
+
+
+@pytest.mark.parametrize("value", [True, np.bool_(False), np.float32(0.5), np.int64(3),
+                                   np.array(0.5), math.nan, None])
+def test_numbers_of_every_kind_pass_the_report(value: object) -> None:
+    """They reach result.json as numbers (None: not reported this time): as before."""
+    with local_trial(metrics=("score",)) as reports:
+        hpo.report({"score": value})
+    assert reports == [{"score": value}]
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ("0.17", "a str ('0.17')"), (np.array([0.5]), "an ndarray (array([0.5]))"),
+    ([1, 2], "a list ([1, 2])"), ("x" * 50, f"a str ('{'x' * 36}...)")])
+def test_what_is_no_number_is_refused_at_the_report(value: object, said: str) -> None:
+    """Tune writes it into result.json as text (a tensor too), where nothing ranks it."""
+    with local_trial(metrics=("score",)) as reports, pytest.raises(TypeError) as refused:
+        hpo.report({"score": value, "other": "free text"})
+    assert str(refused.value) == (f"the metric 'score' was reported as {said}, not a number. "
+                                  "Hint: report a number, e.g. hpo.report({'score': "
+                                  "float(...)})")
+    assert reports == []

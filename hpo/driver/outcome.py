@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpo.errors import RunError
-from hpo.results import best_config, load_results
+from hpo.results import best_config, load_results, never_a_number
 from hpo.spec.model import PYTHON_TRAINABLE, Spec
 from hpo.spec.plan import trial_count
 from hpo.trial.cost import Totals
@@ -44,11 +44,14 @@ class RunResult:
         failed = self.dataframe[self.dataframe["status"] == "ERROR"]
         first = Path(failed.iloc[0]["path"]) / "error.txt" if len(failed) else None
         lines = first.read_text().strip().splitlines() if first and first.exists() else []
-        cause = f" First: {lines[-1][:200]}" if lines else ""
+        # a cause with a hint of its own (hpo's errors raised in a trial): one Hint, its first
+        cause, _, hint = (lines[-1][:200] if lines else "").partition(" Hint: ")
+        cause = f" First: {cause}" if cause else ""
         names = ", ".join(failed["trial_id"].astype(str).head(5))
         more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
         return (f"{self.errors} trial(s) failed after their retries ({names}{more}).{cause} "
-                f"Hint: see error.txt in the trial folders; {self.resume_hint} retries them")
+                f"Hint: {hint + '; ' if hint else ''}see error.txt in the trial folders; "
+                f"{self.resume_hint} retries them")
 
 
 def missing_metric(tune_said: str, spec: Spec) -> str:
@@ -109,6 +112,8 @@ def outcome(exp_dir: Path, spec: Spec, frame: pd.DataFrame | None = None) -> Run
     if frame.empty or frame[f"best_{metric}"].isna().all():
         if result.errors:  # the cause is more use than "no metric"
             raise RunError(result.errors_summary())
+        if never_a_number(frame):
+            raise RunError(never_a_number(frame))
         raise RunError(f"{exp_dir}: no trial reported the metric '{metric}'. Hint: the trainable "
                        f"must call hpo.report({{'{metric}': ...}}); see the trials' error.txt "
                        f"and {LOG_FILE}")

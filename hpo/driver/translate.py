@@ -52,14 +52,16 @@ def trainable(spec: Spec, func: Any, holder: str | None = None) -> Any:
         return tune.with_resources(class_with_objects(func, holder) if holder else func, need)
     if holder:  # bound by name, never by value: a rank gets the refs, not a pickled copy
         func = functools.partial(call_with_objects, func, holder)
+    metrics = tuple(metric for metric, _ in spec.objectives)  # hpo.report checks them
     if spec.distributed:
         from hpo.trial.ranks.trial import distributed_trainable
 
-        wrapped = distributed_trainable(func, spec.distributed, spec.checkpoint.frequency)
+        wrapped = distributed_trainable(func, spec.distributed, spec.checkpoint.frequency,
+                                        metrics)
     else:
         need = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
         wrapped = tune.with_resources(with_session(func, spec.checkpoint.frequency,
-                                                   need["cpu"]), need)
+                                                   need["cpu"], metrics), need)
     wrapped.__name__ = name  # Tune names trials after it (a partial has no name of its own)
     ends = result_batch_ends(spec)  # with_resources gave back the function itself
     if ends is None:

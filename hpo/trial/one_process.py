@@ -23,9 +23,11 @@ from hpo.trial import cost, placement, ray_private, session
 from hpo.trial.session import Trainable, tune_storage
 
 
-def with_session(func: Trainable, checkpoint_every: int, cpus: float = 1) -> Trainable:
-    """Wrap a trainable so `hpo.report` knows the checkpoint policy and the trial's cost
-    (metered from here), and torch uses the trial's CPUs; Ray sees `func(config)`."""
+def with_session(func: Trainable, checkpoint_every: int, cpus: float = 1,
+                 metrics: tuple[str, ...] = ()) -> Trainable:
+    """Wrap a trainable so `hpo.report` knows the checkpoint policy, the metrics it must see
+    as numbers and the trial's cost (metered from here), and torch uses the trial's CPUs; Ray
+    sees `func(config)`."""
 
     @functools.wraps(func)
     def run_trial(config: dict[str, Any]) -> Any:
@@ -34,7 +36,7 @@ def with_session(func: Trainable, checkpoint_every: int, cpus: float = 1) -> Tra
         _use_cpus(cpus)
         placement.pin_near(placement.own_gpus(), int(cpus))
         try:
-            with cost.metered(), session.trial_session(checkpoint_every):
+            with cost.metered(), session.trial_session(checkpoint_every, metrics=metrics):
                 return func(config)
         finally:  # Tune copies the output files out when a trial ends, before it flushes them
             sys.stdout.flush()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import numbers
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from hpo.errors import not_a_number
 from hpo.trial import checkpoint_files, cost, ray_private
 
 Trainable = Callable[[dict[str, Any]], Any]  # what `trainable:` names: f(config)
@@ -53,14 +55,16 @@ class _Trial:
     reports: int = 0
     link: RankLink | None = None  # set on the ranks of a data-parallel trial
     restored: list[Path] = field(default_factory=list)  # removed when the trial ends
+    metrics: tuple[str, ...] = ()  # the objectives: each reported must be a number
 
 
 _current: ContextVar[_Trial | None] = ContextVar("hpo_trial", default=None)
 
 
 @contextlib.contextmanager
-def trial_session(checkpoint_every: int, link: RankLink | None = None) -> Iterator[None]:
-    trial = _Trial(checkpoint_every, link=link)
+def trial_session(checkpoint_every: int, link: RankLink | None = None,
+                  metrics: tuple[str, ...] = ()) -> Iterator[None]:
+    trial = _Trial(checkpoint_every, link=link, metrics=metrics)
     token = _current.set(trial)
     try:
         yield
@@ -88,10 +92,12 @@ class _LocalLink:
 
 
 @contextlib.contextmanager
-def local_trial(checkpoint_every: int = 0) -> Iterator[list[dict[str, Any]]]:
+def local_trial(checkpoint_every: int = 0,
+                metrics: tuple[str, ...] = ()) -> Iterator[list[dict[str, Any]]]:
     """Run a trainable in this process, outside Ray and any trial (a standalone baseline, a
-    quick check): `hpo.report` appends its metrics to the list yielded; checkpoints are
-    written (every `checkpoint_every`th report, as in a trial; 0: never) and dropped.
+    quick check): `hpo.report` appends its metrics to the list yielded, refusing any of
+    `metrics` that is not a number, as in a trial; checkpoints are written (every
+    `checkpoint_every`th report, as in a trial; 0: never) and dropped.
 
     Example:
         >>> with local_trial() as reports:
@@ -99,7 +105,7 @@ def local_trial(checkpoint_every: int = 0) -> Iterator[list[dict[str, Any]]]:
         >>> reports[-1]["val_loss"]
     """
     link = _LocalLink()
-    with trial_session(checkpoint_every, link):
+    with trial_session(checkpoint_every, link, metrics):
         yield link.reports
 
 
@@ -118,6 +124,9 @@ def report(metrics: Mapping[str, Any], checkpoint: Any = None) -> None:
         >>> hpo.report({"val_accuracy": acc}, checkpoint={"model": model.state_dict()})
     """
     trial = _trial()
+    for name in trial.metrics:  # here, the trial's error names its own line of code
+        if not is_number(metrics.get(name)):
+            raise TypeError(not_a_number(name, metrics[name]))
     trial.reports += 1
     every = trial.checkpoint_every
     if checkpoint is not None and (every == 0 or trial.reports % every):
@@ -129,6 +138,16 @@ def report(metrics: Mapping[str, Any], checkpoint: Any = None) -> None:
             trial.link.follow()
         return
     _to_tune(metrics, checkpoint, trial.reports)
+
+
+def is_number(value: Any) -> bool:
+    """What a metric may be: a number (a bool, a NumPy scalar or 0-d array too: they reach
+    result.json as numbers), or None (not reported this time). Not a str or a tensor: those
+    reach it as text, which no table, scheduler or searcher ranks."""
+    if value is None or isinstance(value, numbers.Real):
+        return True
+    kind = getattr(getattr(value, "dtype", None), "kind", None)  # NumPy's; a tensor has none
+    return getattr(value, "ndim", None) == 0 and kind in ("b", "i", "u", "f")
 
 
 def _to_tune(metrics: Mapping[str, Any], checkpoint: Any, reports: int) -> None:

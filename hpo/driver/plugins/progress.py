@@ -49,6 +49,7 @@ class LiveProgress(TrialProgressCallback):
         self._latest: dict[str, dict[str, Any]] = {}
         self._stopped: Group | None = None  # the frame at a stop
         self._handled_at_start: BaseException | None = None
+        self._seeded = False  # the restored trials' bests, taken at the first step
 
     def __getstate__(self) -> dict[str, Any]:
         return {"objectives": self.objectives, "total": self.total}
@@ -66,11 +67,22 @@ class LiveProgress(TrialProgressCallback):
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,
                         **info: Any) -> None:
         self._latest[trial.trial_id] = result
-        value = result.get(self.metric)
+        self._offer(result.get(self.metric), trial)
+
+    def _offer(self, value: Any, trial: Any) -> None:
         one = len(self.objectives) == 1
         if one and isinstance(value, (int, float)) and math.isfinite(value) and \
                 self._better(value, trial.trial_id):  # NaN: last in the table, never best
             self._best = (float(value), trial.trial_id, dict(trial.config))
+
+    def _seed(self, trials: list) -> None:
+        """Count what the trials reported before a stop (`hpo resume`): Tune restores each
+        trial's min and max of every metric with it, so no result file is read. Taking a best
+        twice changes nothing, so trials that report afresh need no care."""
+        self._seeded = True
+        for trial in trials:
+            seen = getattr(trial, "metric_analysis", {}).get(self.metric, {})
+            self._offer(seen.get(self.mode), trial)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         # Shown by the next redraw; only running trials' results are kept (10,000 trials'
@@ -91,6 +103,8 @@ class LiveProgress(TrialProgressCallback):
         return value > best if self.mode == "max" else value < best
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        if not self._seeded:
+            self._seed(trials)
         if self._stopped is None and stopped_by():
             # Tune stops every trial before the last frame: keep the states the stop found.
             self._stopped = self._render(trials, stopped_by())
@@ -98,6 +112,8 @@ class LiveProgress(TrialProgressCallback):
             self._draw(trials)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
+        if not self._seeded:  # a run that ended before its first step did
+            self._seed(trials)
         if self._live:
             self._drawn = time.monotonic()
             # Tune ends a run that raised (a metric or stop key not reported, a callback's

@@ -66,7 +66,7 @@ class ChannelLink:
 
 def run_rank(func: Any, config: dict[str, Any], backend: dist.Backend, channel: Any,
              checkpoint: Files | ray.ObjectRef | None, checkpoint_every: int,
-             threads: int, trial_folder: str | None) -> RankEnd:
+             threads: int, trial_folder: str | None, metrics: tuple[str, ...] = ()) -> RankEnd:
     """Entry point executed on every rank of a trial; its output goes to
     `<trial_folder>/rank-<rank>.log`."""
     import torch
@@ -79,14 +79,14 @@ def run_rank(func: Any, config: dict[str, Any], backend: dist.Backend, channel: 
     with output_to(Path(trial_folder, f"rank-{rank}.log") if trial_folder else None), \
             fresh.trial_state():
         stopped = _run_trainable(func, config, backend, channel, checkpoint, checkpoint_every,
-                                 int(rank))
+                                 int(rank), metrics)
     return RankEnd(os.getpid(), stopped, dist.backend() == "none", fresh.held_cuda_bytes(),
                    fresh.idle_cuda_bytes() + dist.ddp_bucket_bytes())
 
 
 def _run_trainable(func: Any, config: dict[str, Any], backend: dist.Backend, channel: Any,
                    checkpoint: Files | ray.ObjectRef | None, checkpoint_every: int,
-                   rank: int) -> bool:
+                   rank: int, metrics: tuple[str, ...] = ()) -> bool:
     """Run the trainable once on this rank; True when Tune stopped the trial first."""
     dist.init(backend)
     failing = False
@@ -95,7 +95,7 @@ def _run_trainable(func: Any, config: dict[str, Any], backend: dist.Backend, cha
         if isinstance(checkpoint, ray.ObjectRef):  # nested in the arguments: not resolved
             checkpoint = ray.get(checkpoint)
         link = ChannelLink(dist.is_main(), channel, checkpoint)
-        with session.trial_session(checkpoint_every, link):
+        with session.trial_session(checkpoint_every, link, metrics):
             func(config)
         return False
     except TrialStopped:

@@ -24,7 +24,8 @@ class RankFailure(RuntimeError):
     """A rank died, raised, or went silent: the trial fails and Tune may retry it."""
 
 
-def distributed_trainable(func: Trainable, spec: Distributed, checkpoint_every: int) -> Any:
+def distributed_trainable(func: Trainable, spec: Distributed, checkpoint_every: int,
+                          metrics: tuple[str, ...] = ()) -> Any:
     """`func` wrapped as one Tune trial of `spec.workers` ranks, with its placement group."""
     from ray import tune
 
@@ -34,7 +35,7 @@ def distributed_trainable(func: Trainable, spec: Distributed, checkpoint_every: 
         # report time, which the cost would otherwise start from
         ray_private.artifact_syncs_timed_first()
         with cost.metered():
-            _run_ranks(func, config, spec, checkpoint_every)
+            _run_ranks(func, config, spec, checkpoint_every, metrics)
 
     bundle = {"CPU": spec.cpus_per_worker, "GPU": spec.gpus_per_worker}
     return tune.with_resources(run_trial, rank_placement(spec.workers, bundle))
@@ -50,14 +51,14 @@ def rank_placement(ranks: int, bundle: dict[str, float]) -> Any:
 
 
 def _run_ranks(func: Trainable, config: dict[str, Any], spec: Distributed,
-               checkpoint_every: int) -> None:
+               checkpoint_every: int, metrics: tuple[str, ...] = ()) -> None:
     spec = spec.model_copy(update={"workers": trial_ranks(spec.workers)})
     ranks = pool.acquire(spec)
     running: list[ray.ObjectRef] = []
     try:
         threads = max(1, int(spec.cpus_per_worker))
         args = [func, config, spec.backend, ranks.channel, _restored_files(), checkpoint_every,
-                threads, trial_folder()]
+                threads, trial_folder(), metrics]
         running = ranks.group.run(run_rank, args)
         ends = _relay(ranks.channel, running, spec.timeout_s, spec.workers)
     except SystemExit:  # Tune stopped or paused the trial: it ends this thread in tune.report

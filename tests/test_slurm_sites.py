@@ -294,6 +294,22 @@ def test_asking_for_part_of_a_whole_node_warns_in_one_line() -> None:
     assert code == 0 and "warning" not in stderr
 
 
+def test_gpu_nodes_that_no_trial_uses_are_warned_about_in_one_line(tmp_path: Path) -> None:
+    """A CPU-only YAML (every example's default) on a profile's GPU nodes: paid, and idle."""
+    space = tmp_path / "cpu.yaml"
+    space.write_text(GOOD + "search_space: {x: {grid: [1]}}\n")
+    code, _, stderr = _invoke(["slurm", "render", str(space), "--site", "juwels-booster",
+                               "--workdir", str(tmp_path)])
+    assert code == 0 and stderr.strip() == (
+        "warning: the job asks for 4 GPUs per node, but no trial uses one "
+        "(resources.gpus_per_trial is 0): they would sit idle. Hint: set "
+        "resources.gpus_per_trial, or --gpus-per-node 0 on a partition without GPUs"), stderr
+    space.write_text(GOOD + "search_space: {x: {grid: [1]}}\nresources: {gpus_per_trial: 1}\n")
+    code, _, stderr = _invoke(["slurm", "render", str(space), "--site", "juwels-booster",
+                               "--workdir", str(tmp_path)])
+    assert code == 0 and "warning" not in stderr
+
+
 def test_a_site_file_adds_a_partition_and_keeps_the_bases(tmp_path: Path) -> None:
     site = tmp_path / "site.yaml"
     site.write_text("base: lumi-g\npartitions: {debug: {max_time: '00:30:00'}}\n")

@@ -48,6 +48,7 @@ def _render(space: Path, overrides: list[str] | None, site: str | None, storage:
 
     spec, settings = _settings(space, overrides, site, sbatch.given())
     _warn_billing(settings)
+    _warn_idle_gpus(spec, settings)
     # The job cds into the workdir first: a relative SPACE would be looked for there.
     return render_sbatch(spec.name, os.path.abspath(space.expanduser()), settings,
                          workdir=_job_workdir(workdir, settings.workdir),
@@ -65,6 +66,19 @@ def _job_workdir(given: Path | None, from_yaml: str | None) -> str:
         err.print(f"warning: {option} {workdir}: no such folder here; the job cds into it, "
                   "so it must exist where the job runs", highlight=False, soft_wrap=True)
     return workdir
+
+
+def _warn_idle_gpus(spec: Any, settings: Any) -> None:
+    """One line when the job asks for GPUs that no trial asks for (a site profile's whole
+    GPU nodes under a CPU-only YAML): they are paid for and sit idle."""
+    ranks = spec.distributed
+    used = ranks.gpus_per_worker if ranks else spec.resources.gpus_per_trial
+    if settings.gpus_per_node and not used:
+        key = "distributed.gpus_per_worker" if ranks else "resources.gpus_per_trial"
+        err.print(f"warning: the job asks for {settings.gpus_per_node} GPUs per node, but no "
+                  f"trial uses one ({key} is 0): they would sit idle. Hint: set {key}, or "
+                  "--gpus-per-node 0 on a partition without GPUs", highlight=False,
+                  soft_wrap=True)
 
 
 def _warn_billing(settings: Any) -> None:

@@ -44,9 +44,12 @@ def _settings(space: Path, overrides: list[str] | None, site: str | None,
 def _render(space: Path, overrides: list[str] | None, site: str | None, storage: str | None,
             name: str | None, workdir: Path | None, sbatch: SbatchOptions) -> str:
     from hpo.cluster.sbatch import render_sbatch
+    from hpo.spec.job_fit import check_fits_the_job
     from hpo.spec.site import site_argument
 
     spec, settings = _settings(space, overrides, site, sbatch.given())
+    for warning in check_fits_the_job(spec, settings, str(space)):
+        err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     _warn_billing(settings)
     _warn_idle_gpus(spec, settings)
     # The job cds into the workdir first: a relative SPACE would be looked for there.
@@ -76,8 +79,8 @@ def _warn_idle_gpus(spec: Any, settings: Any) -> None:
     if settings.gpus_per_node and not used:
         key = "distributed.gpus_per_worker" if ranks else "resources.gpus_per_trial"
         err.print(f"warning: the job asks for {settings.gpus_per_node} GPUs per node, but no "
-                  f"trial uses one ({key} is 0): they would sit idle. Hint: set {key}, or "
-                  "--gpus-per-node 0 on a partition without GPUs", highlight=False,
+                  f"trial uses one ({key} is 0): they would sit idle. Hint: set {key} to train "
+                  "on them", highlight=False,
                   soft_wrap=True)
 
 

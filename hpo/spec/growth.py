@@ -1,6 +1,5 @@
 """What a growing (rasda) experiment must hold before it starts: ranks to grow into, a
-checkpoint at every rung, and an allocation big enough for the largest trial (for any
-data-parallel experiment: for its trials' ranks)."""
+checkpoint at every rung, and an allocation big enough for the largest trial."""
 
 from __future__ import annotations
 
@@ -41,8 +40,6 @@ def check_growth(scheduler: Scheduler, ranks: Distributed | None, checkpoint_eve
             raise FieldProblem("distributed.max_workers", f"only the rasda scheduler grows "
                                f"trials (scheduler.type is {scheduler.type})",
                                "use scheduler: {type: rasda, ...}, or drop max_workers")
-        if ranks is not None:
-            _check_allocation(ranks, slurm)
         return
     if ranks is None:
         raise FieldProblem("scheduler.type", "rasda grows data-parallel trials, but there is "
@@ -79,13 +76,11 @@ def _check_max_workers(scheduler: Rasda, ranks: Distributed) -> None:
 def _check_allocation(ranks: Distributed, slurm: SlurmSettings) -> None:
     """The largest trial must fit the job, where `slurm:` says what a node has."""
     top = ranks.max_workers or ranks.workers
-    path, has = ("distributed.max_workers", "may grow to") if ranks.max_workers else \
-        ("distributed.workers", "has")
     per_node = (("GPU", ranks.gpus_per_worker, slurm.gpus_per_node),
                 ("CPU", ranks.cpus_per_worker, slurm.cpus_per_task))
     for key, each, node in per_node:
         if each and node and top * each > node * slurm.nodes:
-            raise FieldProblem(path, f"a trial {has} {top} ranks = {top * each:g} {key}s, but "
-                               f"the job has {node * slurm.nodes} ({slurm.nodes} node(s) x "
-                               f"{node}): it would never start", f"lower {path.split('.')[1]}, "
-                               "or ask for more nodes (slurm.nodes, --nodes)")
+            raise FieldProblem("distributed.max_workers", f"a trial may grow to {top} ranks = "
+                               f"{top * each:g} {key}s, but the job has {node * slurm.nodes} "
+                               f"({slurm.nodes} node(s) x {node})",
+                               "lower max_workers, or ask for more nodes (slurm.nodes)")

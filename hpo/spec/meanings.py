@@ -86,7 +86,7 @@ MEANINGS: dict[str, str] = {
     "slurm.node_gpus": "GPUs one node has.",
     "slurm.cpus_per_gpu": "CPUs to ask for with each GPU.",
     "slurm.gpu_option": "How the job asks for GPUs: `--gpus-per-node=N`.",
-    "slurm.gpu_vendor": "The nodes' GPU maker; `amd` (ROCm) refuses Horovod.",
+    "slurm.gpu_vendor": "The nodes' GPU maker; `amd` (ROCm) refuses Horovod on its GPUs.",
     "slurm.hostname_suffix": "Appended to a node's name for its address.",
     "distributed.env": "Environment variables of the rank processes.",
     "tracking.mlflow.tracking_uri": "Where MLflow keeps the runs, e.g. `sqlite:///mlflow.db`.",

@@ -244,22 +244,21 @@ class Spec(Strict):
         return self
 
     def _check_node_gpus(self) -> None:
-        """A rank or a one-process trial runs on one node: it cannot have more GPUs or CPUs
-        than the job asks per node (where `slurm:` says; Ray's nodes are checked when it
-        starts). It would never start, after waiting in the queue."""
-        slurm, ranks = self.slurm, self.distributed
-        one = "rank" if ranks else "trial"
-        for kind, need, per_node, said in (
-                ("gpus", ranks.gpus_per_worker if ranks else self.resources.gpus_per_trial,
-                 slurm.gpus_per_node, "slurm.gpus_per_node"),
-                ("cpus", ranks.cpus_per_worker if ranks else self.resources.cpus_per_trial,
-                 slurm.cpus_per_task or slurm.node_cores, "slurm.cpus_per_node or node_cores")):
-            if per_node and need > per_node:
-                path = f"distributed.{kind}_per_worker" if ranks else f"resources.{kind}_per_trial"
-                raise FieldProblem(path, f"one {one} asks for {need:g} {kind.upper()[:-1]}s but "
-                                   f"a node has {per_node} ({said})", "a rank or one-process "
-                                   "trial runs on one node: ask for at most a node's share, "
-                                   "and use more ranks (distributed.workers)")
+        """A rank or a trial runs on one node: it cannot have more GPUs than the job asks per
+        node (known when `slurm.gpus_per_node` is given; Ray's nodes are checked when it
+        starts)."""
+        per_node = self.slurm.gpus_per_node
+        if not per_node:
+            return
+        if self.distributed:
+            path, need = "distributed.gpus_per_worker", self.distributed.gpus_per_worker
+        else:
+            path, need = "resources.gpus_per_trial", self.resources.gpus_per_trial
+        if need > per_node:
+            raise FieldProblem(path, f"one {'rank' if self.distributed else 'trial'} asks for "
+                               f"{need:g} GPUs but a node has {per_node} (slurm.gpus_per_node)",
+                               "a rank or one-process trial runs on one node: ask for at "
+                               "most a node's GPUs, and use more ranks (distributed.workers)")
 
     def with_slurm(self, settings: SlurmSettings, source: str) -> Spec:
         """This spec with its `slurm:` settings merged with a site profile and the command
@@ -269,7 +268,7 @@ class Spec(Strict):
             spec._check_node_gpus()
             check_growth(spec.scheduler, spec.distributed, spec.checkpoint.frequency, settings)
             if settings.gpu_vendor == "amd" and spec.distributed and \
-                    spec.distributed.backend == "horovod":
+                    spec.distributed.backend == "horovod" and spec.distributed.gpus_per_worker:
                 raise FieldProblem("distributed.backend", "horovod cannot run on these AMD GPUs "
                                    "(it does not build on ROCm 6; slurm.gpu_vendor: amd)",
                                    "use distributed: {backend: ddp}: the same training")

@@ -90,7 +90,7 @@ class SlurmSettings(Strict):
     node_cores: PositiveInt | None = None
     cpus_per_gpu: PositiveInt | None = None  # --cpus-per-task when cpus_per_node is unset
     gpu_option: Literal["gpus-per-node", "gres"] = "gpus-per-node"  # or --gres=gpu:N
-    gpu_vendor: Literal["nvidia", "amd"] | None = None  # amd: ROCm, where Horovod cannot run
+    gpu_vendor: Literal["nvidia", "amd"] | None = None
     hostname_suffix: str = ""  # Ray's address: this host's name + suffix (JSC: i, InfiniBand)
     env: dict[str, str] = Field(default_factory=dict)  # exported in the job (merged by name)
     # The CPUs near each GPU, GPU 0's first, as OS CPU lists ("49-55"); unset: gres.conf's

@@ -45,8 +45,9 @@ class RunResult:
         first = Path(failed.iloc[0]["path"]) / "error.txt" if len(failed) else None
         lines = first.read_text().strip().splitlines() if first and first.exists() else []
         # a cause with a hint of its own (hpo's errors raised in a trial): one Hint, its first
-        cause, _, hint = (lines[-1][:200] if lines else "").partition(" Hint: ")
-        cause = f" First: {cause}" if cause else ""
+        cause, _, hint = (lines[-1] if lines else "").partition(" Hint: ")
+        cause = f" First: {cause[:200]}" if cause else ""
+        hint = hint[:200]
         names = ", ".join(failed["trial_id"].astype(str).head(5))
         more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
         return (f"{self.errors} trial(s) failed after their retries ({names}{more}).{cause} "

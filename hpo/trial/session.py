@@ -141,13 +141,14 @@ def report(metrics: Mapping[str, Any], checkpoint: Any = None) -> None:
 
 
 def is_number(value: Any) -> bool:
-    """What a metric may be: a number (a bool, a NumPy scalar or 0-d array too: they reach
+    """What a metric may be: a number (a NumPy scalar or 0-d array too: they reach
     result.json as numbers), or None (not reported this time). Not a str or a tensor: those
-    reach it as text, which no table, scheduler or searcher ranks."""
-    if value is None or isinstance(value, numbers.Real):
+    reach it as text, which no table, scheduler or searcher ranks; nor a bool, which the
+    results table does not rank either (hpo.results)."""
+    if value is None or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
         return True
     kind = getattr(getattr(value, "dtype", None), "kind", None)  # NumPy's; a tensor has none
-    return getattr(value, "ndim", None) == 0 and kind in ("b", "i", "u", "f")
+    return getattr(value, "ndim", None) == 0 and kind in ("i", "u", "f")
 
 
 def _to_tune(metrics: Mapping[str, Any], checkpoint: Any, reports: int) -> None:

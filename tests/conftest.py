@@ -91,7 +91,7 @@ GOLDEN_VENV = f"{GOLDEN_WORKDIR}/.venv"
 def with_golden_venv(text: str, rendered_in: Path) -> str:
     """A rendered script with this test run's venv (the default slurm.venv: the environment
     that renders) shown as the golden files' /p/project/hpo/.venv, and the folder it was
-    rendered in (SPACE is named by its absolute path) as /p/project/hpo."""
+    rendered in as /p/project/hpo (where a path below it is absolute)."""
     text = text.replace(sys.prefix, GOLDEN_VENV)
     for folder in {str(rendered_in), os.path.realpath(rendered_in)}:
         text = text.replace(f"{folder}/", f"{GOLDEN_WORKDIR}/")

@@ -160,26 +160,31 @@ def test_the_venv_is_activated_after_the_modules(tmp_path: Path) -> None:
 
 def test_a_script_rendered_elsewhere_finds_its_space_from_the_workdir(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The job cds into --workdir first: SPACE given relative to where render ran is named by
-    its absolute path; a workdir missing here is one warning line (it may exist on the
-    cluster's nodes alone), a relative one is taken from here."""
+    """The job cds into --workdir first. SPACE is named as the job finds it from there: by
+    its absolute path when rendered on the cluster in another folder, relative to the workdir
+    when inside it, and as given when the workdir is not here (rendered off the cluster, which
+    is also one warning line); a relative workdir is taken from here."""
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "exp.yaml").write_text(GOOD.replace("tests/", f"{ROOT}/tests/"))
     monkeypatch.chdir(tmp_path / "x")
     other = tmp_path / "other"
-    code, _, stderr = _invoke(["slurm", "render", "exp.yaml", "--workdir", str(other),
-                               "-o", "job.sbatch"])
-    assert code == 0, stderr
-    lines = (tmp_path / "x" / "job.sbatch").read_text().splitlines()
-    assert f"cd {other}" in lines
-    (run,) = [line.split() for line in lines if " slurm run " in line]
-    space = run[run.index("run") + 1]
-    assert (other / space).resolve() == (tmp_path / "x" / "exp.yaml").resolve()  # from there
+
+    def space_named(*args: str) -> tuple[str, list[str], str]:
+        code, text, stderr = _invoke(["slurm", "render", "exp.yaml", *args])
+        assert code == 0, stderr
+        (run,) = [line.split() for line in text.splitlines() if " slurm run " in line]
+        return run[run.index("run") + 1], text.splitlines(), stderr
+
+    space, lines, stderr = space_named("--workdir", str(other))  # off the cluster
+    assert space == "exp.yaml" and f"cd {other}" in lines
     (warning,) = [line for line in stderr.splitlines() if line.startswith("warning:")]
     assert f"--workdir {other}: no such folder here" in warning
     other.mkdir()
-    code, text, stderr = _invoke(["slurm", "render", "exp.yaml", "--workdir", "../other"])
-    assert code == 0 and f"cd {other}" in text.splitlines() and "warning" not in stderr
+    space, lines, stderr = space_named("--workdir", "../other")  # here, another folder
+    assert space == str(tmp_path / "x" / "exp.yaml") and f"cd {other}" in lines
+    assert "warning" not in stderr
+    space, lines, _ = space_named("--workdir", str(tmp_path))  # SPACE below the workdir
+    assert space == "x/exp.yaml" and f"cd {tmp_path}" in lines
 
 
 @pytest.mark.parametrize("command", ["render", "submit"])

@@ -52,11 +52,21 @@ def _render(space: Path, overrides: list[str] | None, site: str | None, storage:
         err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     _warn_billing(settings)
     _warn_idle_gpus(spec, settings)
-    # The job cds into the workdir first: a relative SPACE would be looked for there.
-    return render_sbatch(spec.name, os.path.abspath(space.expanduser()), settings,
-                         workdir=_job_workdir(workdir, settings.workdir),
+    job_dir = _job_workdir(workdir, settings.workdir)
+    return render_sbatch(spec.name, _space_in(job_dir, space), settings, workdir=job_dir,
                          storage=storage, run_name=name,
                          site=site_argument(site) if site else None, overrides=overrides or [])
+
+
+def _space_in(workdir: str, space: Path) -> str:
+    """SPACE as the job finds it after it cds into the workdir: relative to the workdir where
+    it lies inside it; absolute where the workdir is here (rendered on the cluster, from another
+    folder); as given where the workdir is not here (rendered off the cluster, whose copy of
+    the project keeps the same layout below the workdir)."""
+    absolute = os.path.abspath(space.expanduser())
+    if Path(absolute).is_relative_to(workdir):
+        return os.path.relpath(absolute, workdir)
+    return absolute if Path(workdir).is_dir() else str(space)
 
 
 def _job_workdir(given: Path | None, from_yaml: str | None) -> str:

@@ -113,8 +113,8 @@ def outcome(exp_dir: Path, spec: Spec, frame: pd.DataFrame | None = None) -> Run
     if frame.empty or frame[f"best_{metric}"].isna().all():
         if result.errors:  # the cause is more use than "no metric"
             raise RunError(result.errors_summary())
-        if never_a_number(frame):
-            raise RunError(never_a_number(frame))
+        if said := never_a_number(frame):
+            raise RunError(said)
         raise RunError(f"{exp_dir}: no trial reported the metric '{metric}'. Hint: the trainable "
                        f"must call hpo.report({{'{metric}': ...}}); see the trials' error.txt "
                        f"and {LOG_FILE}")

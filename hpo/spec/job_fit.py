@@ -34,10 +34,7 @@ def check_fits_the_job(spec: Spec, slurm: SlurmSettings, source: str) -> list[st
 
 
 def _cpus_asked(slurm: SlurmSettings) -> tuple[int | None, str]:
-    """The CPUs the job asks per node, and where that number comes from."""
-    if slurm.cpus_per_node is not None:
-        return slurm.cpus_per_node, "slurm.cpus_per_node"
-    if slurm.cpus_per_gpu is not None and slurm.gpus_per_node:
-        return (slurm.cpus_per_gpu * slurm.gpus_per_node, f"slurm.cpus_per_gpu "
-                f"{slurm.cpus_per_gpu} x gpus_per_node {slurm.gpus_per_node}")
-    return None, ""
+    """The CPUs the job asks per node (its --cpus-per-task), and where that number comes from."""
+    said = "slurm.cpus_per_node" if slurm.cpus_per_node is not None else \
+        f"slurm.cpus_per_gpu {slurm.cpus_per_gpu} x gpus_per_node {slurm.gpus_per_node}"
+    return slurm.cpus_per_task, said

@@ -81,8 +81,12 @@ def test_example_runs(path: Path, storage: Path, shared_ray: None) -> None:
     assert frame[f"best_{metric}"].notna().all()
     if spec.scheduler.type in ("pbt", "pb2"):  # a trial given another's checkpoint ends apart:
         # it trains on with its own new lr and momentum (it kept the copied ones, and its
-        # last rows were the other trial's, digit for digit)
-        assert frame["val_loss"].nunique() == len(frame), frame[["trial_id", "val_loss"]]
+        # last rows were the other trial's, digit for digit). Two trials that end alike must
+        # hold the same values: two clones of one trial may be perturbed alike.
+        mutated = [f"config/{name}" for name in spec.scheduler.hyperparam_mutations]
+        held = frame[mutated].apply(tuple, axis=1)
+        alike = frame.assign(held=held).groupby("val_loss")["held"].nunique()
+        assert (alike == 1).all(), frame[["trial_id", "val_loss", *mutated]]
     key = frame[f"last_{metric}" if len(spec.objectives) > 1 else f"best_{metric}"]
     # several objectives: the Pareto front first, then the rest, each part best first
     parts = frame.groupby("pareto_front", sort=False) if "pareto_front" in frame else [(0, frame)]

@@ -10,9 +10,6 @@ results and `hpo.load_checkpoint` for a checkpoint's state (the best model, afte
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,36 +37,6 @@ if TYPE_CHECKING:  # the driver imports Ray and pandas: only when a run starts
     from hpo.results import Results
     from hpo.spec import Spec
 
-# The modules that moved into hpo.trial and hpo.driver's rooms (issue 25) keep their old
-# names: trainables import them (`from hpo.large_batch import ...`) and Tune's pickled
-# experiment state names their classes and functions by module. An old name is the new
-# module itself, never a second copy.
-_MOVED = {"hpo.session": "hpo.trial.session", "hpo.cost": "hpo.trial.cost",
-          "hpo.dist": "hpo.trial.dist", "hpo.large_batch": "hpo.trial.large_batch",
-          "hpo.driver.wrapper": "hpo.trial.one_process", "hpo.ranks": "hpo.trial.ranks",
-          **{f"hpo.ranks.{name}": f"hpo.trial.ranks.{name}"
-             for name in ("channel", "fresh", "groups", "pool", "rank", "trial")},
-          **{f"hpo.driver.{name}": f"hpo.driver.guards.{name}" for name in (
-              "stops", "history", "lease", "storage_faults", "walltime", "node_loss")},
-          **{f"hpo.driver.{name}": f"hpo.driver.plugins.{name}" for name in (
-              "progress", "trial_logs", "tracking", "warm_start", "rasda", "rasda_decision",
-              "rasda_gate", "ray_internals")}}
-
-
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        return importlib.util.spec_from_loader(name, self) if name in _MOVED else None
-
-    def create_module(self, spec: Any) -> Any:
-        return importlib.import_module(_MOVED[spec.name])
-
-    def exec_module(self, module: Any) -> None:  # already executed under its new name
-        pass
-
-
-if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _MovedModules())  # first: before the path finder loads a copy
-
 __all__ = [
     "ClusterStartError", "ConfigError", "ExperimentError", "HpoError", "LeaseError",
     "NotRunningError", "OutputError", "RunError", "SlurmEnvironmentError", "StorageError",
@@ -78,6 +45,14 @@ __all__ = [
     "shutdown", "with_parameters",
 ]
 __version__ = "0.1.0"
+# What a trainable imports beside report: `from hpo import dist` (torch is imported only then).
+_TRAINABLE_MODULES = {"dist": "hpo.trial.dist", "large_batch": "hpo.trial.large_batch"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TRAINABLE_MODULES:
+        return importlib.import_module(_TRAINABLE_MODULES[name])
+    raise AttributeError(f"module 'hpo' has no attribute {name!r}")
 
 
 def load_spec(path: str | Path, overrides: list[str] | None = None) -> Spec:

@@ -91,7 +91,8 @@ def misnamed_metric(config: dict[str, Any]) -> None:
 
 
 def _forked() -> bool:
-    """Whether this worker was forked by hpo's fork server (hpo.driver.fork_server)."""
+    """Whether this worker was forked by hpo's fork server
+    (hpo.ray_adapters.fast_start.fork_server)."""
     parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     return "fork_server_process" in parent
 

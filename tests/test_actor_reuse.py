@@ -1,5 +1,5 @@
 """An actor Tune keeps for reuse goes to a trial still waiting for resources, never to one whose
-own actor is starting (hpo.driver.ray_actors_private.cached_actors_to_waiting_trials). Tune's own
+own actor is starting (hpo.ray_adapters.tune_actors.cached_actors_to_waiting_trials). Tune's own
 choice stopped the starting actor, and the resources it freed started another for the next
 trial: where a worker starts more slowly than a trial runs, Tune kept starting processes and
 stopping them before their first trial (issue 36)."""

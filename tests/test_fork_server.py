@@ -1,4 +1,5 @@
-"""The embedded Ray's workers forked from hpo's fork server (hpo/driver/fork_server.py).
+"""The embedded Ray's workers forked from hpo's fork server
+(hpo/ray_adapters/fast_start/fork_server.py).
 
 Real embedded Ray throughout: the workers' parents, environments and random streams are read
 from the workers themselves and from /proc; the guard against shared Ray IDs is run in a
@@ -20,8 +21,8 @@ import pytest
 import ray
 
 from hpo.cluster.node import descendants
-from hpo.driver import worker_stub
 from hpo.driver.ray_session import embedded_ray
+from hpo.ray_adapters.fast_start import worker_stub
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="forks need Linux's pidfds")
 
@@ -72,7 +73,7 @@ def test_workers_are_forks_that_look_fresh(tmp_path: Path,
         server_command = _parent_command(server) if server else ""
         ray.kill(probes[0])
         killed_gone = _gone(facts[0]["pid"])
-    assert "hpo.driver.fork_server_process" in server_command, parents
+    assert "hpo.ray_adapters.fast_start.fork_server_process" in server_command, parents
     assert len({fact["draws"][0] for fact in facts}) == 3  # NumPy's global generator
     assert len({fact["draws"][1] for fact in facts}) == 3  # Python's
     assert {fact["job"] for fact in facts} == {job}
@@ -108,14 +109,14 @@ def test_the_raylet_starts_each_stub_without_site_and_forks_bring_rays_exit_impo
     """The stub needs the standard library only: its Python starts with -S, and still gets
     a fork. A fork has what ray.shutdown imports at a worker's exit, so that a run's end
     does not import it in every worker at once."""
-    from hpo.driver import fork_server
+    from hpo.ray_adapters.fast_start import fork_server
 
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
         raylet = _raylet_command()
         had_exit_imports, parent = ray.get(ExitImports.remote().facts.remote())
         server_command = _parent_command(parent)
     assert f"--python_worker_command={sys.executable} -S {worker_stub.__file__} " in raylet
-    assert "hpo.driver.fork_server_process" in server_command
+    assert "hpo.ray_adapters.fast_start.fork_server_process" in server_command
     assert had_exit_imports
     cores = len(os.sched_getaffinity(0))
     assert fork_server.system_config()["worker_maximum_startup_concurrency"] == \
@@ -126,7 +127,7 @@ def test_a_server_started_ahead_serves_the_next_embedded_ray(tmp_path: Path) -> 
     """`hpo run` starts the run folder and the fork server before its imports
     (fork_server.start_ahead): the embedded Ray it then starts forks its workers there, and
     both end with that Ray."""
-    from hpo.driver import fork_server
+    from hpo.ray_adapters.fast_start import fork_server
 
     fork_server.start_ahead()
     ahead = fork_server._ahead
@@ -206,7 +207,7 @@ def _command_has(pid: int, parts: tuple[bytes, ...]) -> bool:
 
 
 def test_only_the_stubs_command_loses_site() -> None:
-    from hpo.driver.ray_start_private import without_site
+    from hpo.ray_adapters.fast_start.lean_head import without_site
 
     stub = "/x/worker_stub.py"
     command = f"--python_worker_command={sys.executable} {stub} /ray/default_worker.py --a=1"
@@ -226,7 +227,7 @@ def test_a_worker_with_its_own_ray_settings_is_started_by_ray(tmp_path: Path) ->
         started = ray.get(own.facts.remote())
         setting = ray.get(own.__ray_call__.remote(lambda _self: os.environ.get("RAY_HPO_TEST")))
         server_command = _parent_command(forked["parent"])
-    assert "hpo.driver.fork_server_process" in server_command
+    assert "hpo.ray_adapters.fast_start.fork_server_process" in server_command
     assert started["parent"] != forked["parent"]
     assert setting == "1"
 
@@ -332,10 +333,10 @@ def test_the_server_refuses_when_forks_would_share_ray_ids() -> None:
     made after it would draw the same IDs, and the server's check says so. The server
     imports Tune with the class IDs drawn from os.urandom: its forks draw their own."""
     code = ("import ray.tune\n"
-            "from hpo.driver.fork_server_process import fresh_ray_ids\n"
+            "from hpo.ray_adapters.fast_start.fork_server_process import fresh_ray_ids\n"
             "print(fresh_ray_ids())\n")
-    fresh = ("from hpo.driver.fork_server_process import fresh_ray_ids, RAY_MODULES\n"
-             "from hpo.driver.fork_server_process import import_libraries, import_ray_part\n"
+    fresh = ("from hpo.ray_adapters.fast_start.fork_server_process import (\n"
+             "    fresh_ray_ids, RAY_MODULES, import_libraries, import_ray_part)\n"
              "import ray.actor\n"
              "import_libraries()\n"
              "import_ray_part()\n"
@@ -352,10 +353,11 @@ def test_the_server_refuses_when_forks_would_share_ray_ids() -> None:
 def test_what_the_server_imports_before_the_job_is_known_imports_no_ray() -> None:
     """Ray's C++ side reads the job's variables once, when `ray` is first imported: the
     libraries the server imports while Ray starts must not bring it in."""
-    from hpo.driver.fork_server_process import COMPANIONS
+    from hpo.ray_adapters.fast_start.fork_server_process import COMPANIONS
 
     code = ("import sys\n"
-            "from hpo.driver.fork_server_process import COMPANIONS, import_libraries\n"
+            "from hpo.ray_adapters.fast_start.fork_server_process import (\n"
+            "    COMPANIONS, import_libraries)\n"
             "import_libraries()\n"
             "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
             "print(sum(m in sys.modules for m in COMPANIONS))\n")
@@ -369,7 +371,7 @@ def test_what_the_server_imports_before_the_job_is_known_imports_no_ray() -> Non
 def test_the_server_imports_no_library_ray_bundles_before_ray() -> None:
     """`import ray` puts its own copies (ray/thirdparty_files: psutil, colorama) first on the
     path: imported before it, a fork would run another copy than a worker Ray starts."""
-    from hpo.driver.fork_server_process import COMPANIONS, LIBRARIES
+    from hpo.ray_adapters.fast_start.fork_server_process import COMPANIONS, LIBRARIES
 
     bundled = Path(ray.__file__).parent / "thirdparty_files"
     assert (bundled / "psutil").is_dir()  # where Ray 2.60 keeps them
@@ -382,7 +384,7 @@ def test_the_server_imports_the_workers_other_libraries_before_the_job_is_known(
     """Before `start` (while Ray starts), the server imports what Ray's worker and Tune import
     beside Ray, e.g. jsonschema, whose Rust part (rpds) shows in its memory map: the first
     trial waits only for Ray's own part, which needs the job."""
-    from hpo.driver import fork_server
+    from hpo.ray_adapters.fast_start import fork_server
 
     with fork_server.serving(tmp_path) as server:
         assert server is not None
@@ -429,7 +431,8 @@ def _server_pid() -> int:
                 parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
             except (OSError, ValueError, IndexError):
                 continue
-            if b"hpo.driver.fork_server_process" in command and parent == os.getpid():
+            if b"hpo.ray_adapters.fast_start.fork_server_process" in command \
+                    and parent == os.getpid():
                 return int(entry.name)
     raise AssertionError("no fork server of this process")
 
@@ -461,8 +464,8 @@ def _function(source: str, module: str, **names: Any) -> Any:
 def test_a_kept_rays_next_trainable_without_torch_stops_the_forks(tmp_path: Path) -> None:
     """The server cannot unload torch: a later run (a notebook's kept Ray) whose trainable
     does not bring it gets workers Ray starts, which do not have it."""
-    from hpo.driver.fork_server import STARTS_PER_CORE
     from hpo.driver.ray_session import preload_for, starts_per_core
+    from hpo.ray_adapters.fast_start.fork_server import STARTS_PER_CORE
     from trainables.images import train
 
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
@@ -483,8 +486,8 @@ def test_a_kept_rays_next_trainable_without_torch_stops_the_forks(tmp_path: Path
 def test_only_the_torch_that_comes_with_the_trainable_is_preloaded() -> None:
     import torch
 
-    from hpo.driver.fork_server import imported_with
     from hpo.driver.trainable import WithParameters
+    from hpo.ray_adapters.fast_start.fork_server import imported_with
     from trainables.images import train as images
 
     uses = "def train(config):\n    return torch.zeros(1)\n"
@@ -501,7 +504,7 @@ def test_a_servers_output_goes_to_the_descriptor_it_is_given(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Slurm node's server writes to the node's own log (hpo.driver.node_start): a failed
     preload is read there, not in the node's private folder, which goes when the node stops."""
-    from hpo.driver import fork_server
+    from hpo.ray_adapters.fast_start import fork_server
 
     monkeypatch.setattr(fork_server, "HEAVY", ("hpo_no_such_module",))
     log = tmp_path / "node.log"
@@ -520,7 +523,7 @@ def test_what_a_runs_server_wrote_reaches_the_runs_log_at_its_close(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """An embedded run's server writes to its own log in the run's private folder, which goes
     at the run's end: what it wrote is logged (into hpo.log) when it closes."""
-    from hpo.driver import fork_server
+    from hpo.ray_adapters.fast_start import fork_server
 
     monkeypatch.setattr(fork_server, "HEAVY", ("hpo_no_such_module",))
     own = tmp_path / fork_server.LOG_NAME
@@ -540,7 +543,8 @@ def test_what_a_runs_server_wrote_reaches_the_runs_log_at_its_close(
 
 def test_an_embedded_runs_server_output_is_in_hpo_log(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpo.driver import fork_server, ray_session
+    from hpo.driver import ray_session
+    from hpo.ray_adapters.fast_start import fork_server
 
     monkeypatch.setattr(fork_server, "HEAVY", ("hpo_no_such_module",))
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
@@ -571,7 +575,7 @@ def test_a_server_that_cannot_start_leaves_ray_to_start_the_workers(
     """The server's exec failing (EFAULT, seen once on CI) costs speed, never the run."""
     import errno
 
-    from hpo.driver import fork_server
+    from hpo.ray_adapters.fast_start import fork_server
 
     def exec_fails(*args: Any, **kwargs: Any) -> None:
         raise OSError(errno.EFAULT, "Bad address", sys.executable)
@@ -607,7 +611,7 @@ def test_runtime_env_variables_read_late_or_repeated_still_fork(variables: dict[
 
 def test_a_runs_trials_run_in_forked_workers_with_tunes_variable_set(tmp_path: Path) -> None:
     """Through `hpo.run`: the trials are forks, and Tune's PL_DISABLE_FORK is set (the
-    embedded Ray's workers inherit it: hpo.driver.runtime_env_private; where Tune's trial
+    embedded Ray's workers inherit it: hpo.ray_adapters.fast_start.runtime_env; where Tune's trial
     actors still carry it in a runtime env, the stub lets it through: worker_stub.READ_LATE,
     test_runtime_env_variables_read_late_or_repeated_still_fork above)."""
     import hpo
@@ -631,7 +635,7 @@ def test_a_runtime_env_that_repeats_the_servers_values_is_forked_and_set(
         parent = ray.get(probe.facts.remote())["parent"]
         seen = ray.get(probe.__ray_call__.remote(lambda _self: os.environ.get("HOME")))
         command = _parent_command(parent)
-    assert "hpo.driver.fork_server_process" in command
+    assert "hpo.ray_adapters.fast_start.fork_server_process" in command
     assert seen == home
 
 
@@ -672,7 +676,7 @@ def test_a_bad_spec_starts_no_fork_server(tmp_path: Path,
     """`hpo run` starts its workers' fork server ahead, but only once the spec is valid."""
     from conftest import cli_invoke
 
-    from hpo.driver import fork_server
+    from hpo.ray_adapters.fast_start import fork_server
 
     started: list[object] = []
     monkeypatch.setattr(fork_server, "start_ahead", lambda *args: started.append(args))

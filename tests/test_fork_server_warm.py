@@ -1,4 +1,5 @@
-"""What the fork server does once for all its forks (hpo/driver/fork_server_warm.py): the
+"""What the fork server does once for all its forks
+(hpo/ray_adapters/fast_start/fork_server_warm.py): the
 worker's main script compiled ahead and run as runpy runs it; the regular expressions
 Ray's worker compiles, already in the cache a fork inherits."""
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="forks need Linu
 _DRIVER = """
 import sys
 from pathlib import Path
-from hpo.driver import fork_server_warm
+from hpo.ray_adapters.fast_start import fork_server_warm
 script, out, ahead = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
 if ahead:
     fork_server_warm.prepare_script(str(script))
@@ -61,7 +62,7 @@ def test_prepare_puts_rays_accelerator_patterns_in_the_regex_cache() -> None:
     program = """
 import re, re._compiler
 from ray._private.accelerators import get_all_accelerator_resource_names
-from hpo.driver import fork_server_warm
+from hpo.ray_adapters.fast_start import fork_server_warm
 fork_server_warm.prepare()
 def refuse(*args, **kwargs):
     raise AssertionError("compiled again")
@@ -79,7 +80,7 @@ print("ok", len(names))
 
 
 def test_a_pattern_ray_no_longer_matches_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpo.driver import fork_server_warm
+    from hpo.ray_adapters.fast_start import fork_server_warm
 
     assert fork_server_warm.missing() == []
     monkeypatch.setattr(fork_server_warm, "_ACCELERATOR_PATTERN", "^{}_bundle_[0-9]+$")
@@ -90,7 +91,7 @@ def test_a_pattern_ray_no_longer_matches_is_named(monkeypatch: pytest.MonkeyPatc
 @ray.remote(num_cpus=1)
 class MainScript:
     def path(self) -> tuple[str, str, str, bool]:
-        from hpo.driver import fork_server_warm
+        from hpo.ray_adapters.fast_start import fork_server_warm
 
         parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ")
         return (sys.argv[0], sys.modules["__main__"].__file__, parent.decode(),
@@ -104,6 +105,6 @@ def test_a_forked_workers_main_is_the_script_the_server_compiled(tmp_path: Path)
 
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
         argv0, main_file, parent, compiled_ahead = ray.get(MainScript.remote().path.remote())
-    assert "hpo.driver.fork_server_process" in parent  # a fork
+    assert "hpo.ray_adapters.fast_start.fork_server_process" in parent  # a fork
     assert argv0 == main_file == default_worker.__file__
     assert compiled_ahead  # the server's prepare ran (a failure there is only printed)

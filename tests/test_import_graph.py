@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "hpo"
 FLOORS = {
     "cli": 4, "__init__": 4, "__main__": 4,
     "driver": 3, "reporting": 3,
-    "cluster": 2, "trial": 2, "optuna": 2, "results": 2,
+    "cluster": 2, "trial": 2, "optuna": 2, "results": 2, "ray_adapters": 2,
     "spec": 1, "install": 1,
     "errors": 0,
 }
@@ -92,22 +92,11 @@ def test_the_root_holds_few_loose_modules() -> None:
 
 def test_the_trial_side_imports_nothing_of_the_driver_or_the_cluster() -> None:
     reached = {b for a, targets in _graph().items() if _room(a) == "trial" for b in targets}
-    assert {_room(b) for b in reached} <= {"trial", "spec", "errors"}
-
-
-def test_moved_modules_keep_their_old_names() -> None:
-    import importlib
-    import pickle
-
-    import hpo
-
-    for old, new in hpo._MOVED.items():
-        assert importlib.import_module(old) is importlib.import_module(new)
-    from hpo.trial.ranks.trial import rank_placement
-    # what a snapshot pickled before the move says: the function by its old module's name
-    old = pickle.dumps(rank_placement, protocol=0).replace(b"hpo.trial.ranks.trial",
-                                                           b"hpo.ranks.trial")
-    assert b"hpo.ranks.trial" in old and pickle.loads(old) is rank_placement
+    assert {_room(b) for b in reached} <= {"trial", "spec", "errors", "ray_adapters"}
+    # what a trial process reads of Ray's private parts, and nothing else of the adapters
+    assert {b for b in reached if _room(b) == "ray_adapters"} <= {
+        "hpo.ray_adapters", "hpo.ray_adapters.train_session", "hpo.ray_adapters.gate",
+        "hpo.ray_adapters.registry"}
 
 
 def _upward(graph: dict[str, set[str]]) -> list[str]:

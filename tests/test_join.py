@@ -36,7 +36,7 @@ from test_slurm_cluster import (
 
 from hpo.cluster.join import JOIN_POINT, publish
 from hpo.cluster.node import STOP_FILE, TOKEN_FILE
-from hpo.driver.guards.node_loss import NODE_DIED, SIGTERMED, lost_with_its_node
+from hpo.ray_adapters.node_loss import NODE_DIED, SIGTERMED, lost_with_its_node
 from hpo.results import load_results
 from hpo.spec.slurm import SlurmSettings
 

@@ -1,6 +1,6 @@
 """A trial paused without a save while its pause's save is in flight, as synch PBT's exploit
 pauses the trials that reached the sync point first, resumes and runs to its end
-(hpo.driver.ray_fit_private.no_stop_left_by_a_pause). In Tune 2.60 the dropped save left a
+(hpo.ray_adapters.tune_fit.no_stop_left_by_a_pause). In Tune 2.60 the dropped save left a
 STOP queued, which ended the resumed trial at its first save; synch PBT then waited for it
 forever (ray-project/ray#57906)."""
 
@@ -15,8 +15,8 @@ import ray.cloudpickle
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from hpo.driver.ray_fit_private import no_stop_left_by_a_pause
 from hpo.driver.ray_session import embedded_ray
+from hpo.ray_adapters.tune_fit import no_stop_left_by_a_pause
 
 STEPS = 5
 

@@ -14,13 +14,11 @@ from typing import Any
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "hpo"
-ADAPTERS = ("hpo.trial.ray_private", "hpo.cluster.ray_private", "hpo.driver.ray_private",
-            "hpo.driver.ray_fit_private", "hpo.driver.ray_actors_private",
-            "hpo.driver.ray_start_private",
-            "hpo.driver.plugins.ray_internals", "hpo.driver.fork_server",
-            "hpo.driver.fork_server_process", "hpo.driver.fork_server_child",
-            "hpo.driver.fork_server_warm",
-            "hpo.driver.runtime_env_private", "hpo.driver.dashboard_agent_private")
+# Every module of the adapters package that reads Ray's private parts, each with its check.
+ADAPTERS = tuple(sorted(
+    ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    for path in (PACKAGE / "ray_adapters").rglob("*.py")
+    if "\ndef missing() -> list[str]:" in path.read_text()))
 # What only an adapter may name. A traceback's file path (storage_faults reads
 # 'ray/train/_internal/storage.py' in tracebacks' text) is text, not a reach: not matched.
 PRIVATE = ("ray._raylet", "ray._private", "ray.train._internal", "_handle_ray_actor_error",
@@ -34,13 +32,14 @@ def _adapter(name: str) -> ModuleType:
 
 @pytest.mark.parametrize("name", ADAPTERS)
 def test_ray_still_has_what_each_adapter_reads(name: str) -> None:
-    """Every reach of the adapter is there, callable, with the parameters hpo passes, in the
-    Ray it was read from: a newer Ray must be checked against it (and RAY_VERSION moved)."""
-    import ray
+    """Every reach of the adapter is there, callable, with the parameters hpo passes, in every
+    Ray of the tested range: a newer Ray must be checked against it (and the range moved)."""
+    from hpo.ray_adapters import gate
+    from hpo.ray_adapters.registry import NEWEST_RAY, OLDEST_RAY
 
     adapter = _adapter(name)
     assert adapter.missing() == []
-    assert ray.__version__ == adapter.RAY_VERSION, f"re-read {adapter.__file__}"
+    assert OLDEST_RAY <= gate.ray_version() <= NEWEST_RAY, f"re-read {adapter.__file__}"
 
 
 def _mentions(path: Path) -> list[str]:
@@ -54,8 +53,8 @@ def _mentions(path: Path) -> list[str]:
 
 
 def test_only_the_adapters_reach_into_ray_privates() -> None:
-    adapters = {PACKAGE.parent / (name.replace(".", "/") + ".py") for name in ADAPTERS}
-    assert all(path.exists() for path in adapters)
+    adapters = set((PACKAGE / "ray_adapters").rglob("*.py"))
+    assert len(ADAPTERS) >= 13
     reaches = {str(path.relative_to(PACKAGE.parent)): found
                for path in sorted(PACKAGE.rglob("*.py")) if path not in adapters
                if (found := _mentions(path))}
@@ -87,15 +86,15 @@ def test_a_missing_reach_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(LoggerCallback, "_restore_from_remote")
     monkeypatch.setattr(OptunaSearch, "_setup_study", lambda self, mode, space: None)
     monkeypatch.delattr(ray.tune.search.util, "_set_search_properties_backwards_compatible")
-    assert _adapter("hpo.trial.ray_private").missing() == [
+    assert _adapter("hpo.ray_adapters.train_session").missing() == [
         "ray.train._internal.session.get_session()"]
-    assert _adapter("hpo.cluster.ray_private").missing() == [
+    assert _adapter("hpo.ray_adapters.gcs").missing() == [
         "ray._raylet.AuthenticationTokenLoader"]
-    assert _adapter("hpo.driver.ray_private").missing() == [
+    assert _adapter("hpo.ray_adapters.tune_guards").missing() == [
         "Trial._handle_ray_actor_error(self, exc)",
         "ray.tune.logger.logger.LoggerCallback._restore_from_remote(self, file_name, trial)",
         "ray.tune.search.optuna.optuna_search.OptunaSearch._setup_study(self, mode)"]
-    assert _adapter("hpo.driver.plugins.ray_internals").missing() == [
+    assert _adapter("hpo.ray_adapters.tune_rasda").missing() == [
         "ray.tune.search.util._set_search_properties_backwards_compatible"]
 
 
@@ -132,7 +131,7 @@ def _ray_subclasses() -> list[type]:
 
 
 def _unlisted(overrides: list[tuple[type, str]], cls: type) -> list[str]:
-    from hpo.driver.ray_private import OVERRIDDEN_HOOKS, hook_class
+    from hpo.ray_adapters.tune_guards import OVERRIDDEN_HOOKS, hook_class
 
     unlisted = []
     for own, name in overrides:
@@ -144,9 +143,10 @@ def _unlisted(overrides: list[tuple[type, str]], cls: type) -> list[str]:
 
 
 def test_every_override_of_a_ray_private_method_is_listed() -> None:
-    """An override cannot move into an adapter: hpo.driver.ray_private lists each one (with the
+    """An override cannot move into an adapter: hpo.ray_adapters.tune_guards lists each one (with
+    the
     parameters of Ray's and of hpo's method) and checks Ray still has it."""
-    from hpo.driver.ray_private import OVERRIDDEN_HOOKS
+    from hpo.ray_adapters.tune_guards import OVERRIDDEN_HOOKS
 
     classes = _ray_subclasses()
     assert {"JsonLogger", "CsvLogger", "WarmOptunaSearch"} <= {c.__name__ for c in classes}
@@ -180,7 +180,7 @@ def test_the_override_check_catches_an_unlisted_one() -> None:
 
 def _inherited_private_state(cls: type) -> set[str]:
     """Each `self._name` in hpo's code of cls that Ray's bases define or assign."""
-    from hpo.driver.ray_private import sets_or_defines
+    from hpo.ray_adapters.tune_guards import sets_or_defines
 
     names = set()
     for own in cls.__mro__:
@@ -190,9 +190,9 @@ def _inherited_private_state(cls: type) -> set[str]:
 
 
 def test_every_private_attribute_inherited_from_ray_is_listed() -> None:
-    """hpo's subclasses also read and set Ray's private attributes: hpo.driver.ray_private
+    """hpo's subclasses also read and set Ray's private attributes: hpo.ray_adapters.tune_guards
     lists each (and checks Ray still sets it)."""
-    from hpo.driver.ray_private import INHERITED_STATE, OVERRIDDEN_HOOKS, ray_class
+    from hpo.ray_adapters.tune_guards import INHERITED_STATE, OVERRIDDEN_HOOKS, ray_class
 
     hooks = {hook.name for hook in OVERRIDDEN_HOOKS}
     unlisted, used = [], set()
@@ -217,10 +217,11 @@ def test_the_attribute_check_catches_an_unlisted_one() -> None:
 
 
 def test_outside_a_trial_there_is_no_session() -> None:
-    from hpo.trial import cost, ray_private, session
+    from hpo.ray_adapters import train_session
+    from hpo.trial import cost, session
 
-    assert ray_private.train_session() is None
-    assert ray_private.trial_storage() is None and ray_private.last_report_time() is None
+    assert train_session.train_session() is None
+    assert train_session.trial_storage() is None and train_session.last_report_time() is None
     assert session.trial_folder() is None and cost.current() is None
 
 
@@ -229,7 +230,7 @@ def test_lean_head_applies_to_the_block_only() -> None:
     from ray._private.node import Node
     from ray._private.parameter import RayParams
 
-    from hpo.driver.ray_start_private import lean_head
+    from hpo.ray_adapters.fast_start.lean_head import lean_head
 
     rays, rays_check = Node.start_api_server, utils.get_dashboard_dependency_error
     rays_get_node, rays_start = services.get_node, services.start_ray_process
@@ -257,8 +258,8 @@ def test_the_dashboard_dependency_look_agrees_with_rays_import(
 
     from ray._private import utils
 
-    from hpo.driver.dashboard_agent_private import dashboard_deps_missing
-    from hpo.driver.ray_start_private import lean_head
+    from hpo.ray_adapters.fast_start.dashboard_agent import dashboard_deps_missing
+    from hpo.ray_adapters.fast_start.lean_head import lean_head
 
     rays = utils.get_dashboard_dependency_error()
     with lean_head():
@@ -286,7 +287,7 @@ def test_node_losses_are_forgiven_then_counted_and_the_hook_restored(
     from ray.exceptions import RayActorError
     from ray.tune.experiment.trial import Trial
 
-    from hpo.driver.guards.node_loss import FORGIVEN, NODE_DIED, node_losses_forgiven
+    from hpo.ray_adapters.node_loss import FORGIVEN, NODE_DIED, node_losses_forgiven
 
     counted: list[tuple[Any, BaseException]] = []
 
@@ -308,24 +309,25 @@ def test_node_losses_are_forgiven_then_counted_and_the_hook_restored(
 
 
 def test_an_attribute_ray_no_longer_sets_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpo.driver import ray_private
+    from hpo.ray_adapters import tune_guards
 
     gone = ("ray.tune.search.optuna.optuna_search.OptunaSearch", "_study_of_old")
-    monkeypatch.setattr(ray_private, "INHERITED_STATE", (*ray_private.INHERITED_STATE, gone))
-    assert ray_private.missing() == [".".join(gone)]
+    monkeypatch.setattr(tune_guards, "INHERITED_STATE", (*tune_guards.INHERITED_STATE, gone))
+    assert tune_guards.missing() == [".".join(gone)]
 
 
 def test_a_config_key_ray_does_not_name_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both adapters that set `_system_config` keys name one Ray's library lacks (one check,
-    hpo.driver.ray_private.unknown_config_keys)."""
-    from hpo.driver import fork_server, ray_private, ray_start_private
+    hpo.ray_adapters.tune_guards.unknown_config_keys)."""
+    from hpo.ray_adapters import tune_guards
+    from hpo.ray_adapters.fast_start import fork_server, lean_head
 
-    assert ray_private.unknown_config_keys(
+    assert tune_guards.unknown_config_keys(
         ["raylet_client_num_connect_attempts", "raylet_client_num", "no_such_key"]) == [
         "raylet_client_num", "no_such_key"]  # a name's head is not the name
-    monkeypatch.setattr(ray_start_private, "NODE_CONFIG",
-                        {**ray_start_private.NODE_CONFIG, "gone_node_key": 1})
-    assert ray_start_private.missing() == ["Ray config gone_node_key"]
+    monkeypatch.setattr(lean_head, "NODE_CONFIG",
+                        {**lean_head.NODE_CONFIG, "gone_node_key": 1})
+    assert lean_head.missing() == ["Ray config gone_node_key"]
     real = fork_server.system_config
     monkeypatch.setattr(fork_server, "system_config", lambda: {**real(), "gone_fork_key": 0})
     assert fork_server.missing() == ["Ray config gone_fork_key"]
@@ -342,12 +344,12 @@ def test_an_artifact_sync_inside_its_period_ends_before_any_path_or_listing(
     from ray.train import SyncConfig
     from ray.train._internal.storage import StorageContext
 
-    from hpo.trial import ray_private
+    from hpo.ray_adapters import train_session
 
     rays = StorageContext.persist_artifacts
     monkeypatch.setattr(StorageContext, "persist_artifacts", rays)  # Ray's again after the test
-    ray_private.artifact_syncs_timed_first()
-    ray_private.artifact_syncs_timed_first()  # once: not wrapped twice
+    train_session.artifact_syncs_timed_first()
+    train_session.artifact_syncs_timed_first()  # once: not wrapped twice
     assert StorageContext.persist_artifacts.__wrapped__ is rays
     working = tmp_path / "working"
     working.mkdir()
@@ -380,7 +382,7 @@ def test_a_registered_node_is_found_at_once_and_an_unknown_one_not(tmp_path: Pat
     from ray._raylet import NodeID
 
     from hpo.driver.ray_session import embedded_ray
-    from hpo.driver.ray_start_private import registered
+    from hpo.ray_adapters.fast_start.lean_head import registered
 
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
         gcs = ray._private.worker.global_worker.node.gcs_address
@@ -414,7 +416,7 @@ def test_the_embedded_node_looks_for_sockets_often_and_records_no_task_events(
     from ray._raylet import Config
 
     from hpo.driver.ray_session import embedded_ray
-    from hpo.driver.ray_start_private import NODE_CONFIG
+    from hpo.ray_adapters.fast_start.lean_head import NODE_CONFIG
 
     def connect_config() -> tuple[int, int]:
         return (Config.raylet_client_connect_timeout_milliseconds(),
@@ -441,8 +443,8 @@ def test_a_run_named_as_one_staged_this_second_waits_for_the_next(tmp_path: Path
     from ray.train.constants import _get_ray_train_session_dir
     from ray.tune.utils import date_str
 
-    from hpo.driver.ray_fit_private import staged_apart
     from hpo.driver.ray_session import embedded_ray
+    from hpo.ray_adapters.tune_fit import staged_apart
 
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
         second = date_str()
@@ -458,8 +460,8 @@ def test_tunes_fit_reads_no_trials_results_back_within_the_block(tmp_path: Path)
     as before."""
     from ray import tune
 
-    from hpo.driver.ray_fit_private import no_result_frames
     from hpo.driver.ray_session import embedded_ray
+    from hpo.ray_adapters.tune_fit import no_result_frames
 
     def three(config: dict[str, Any]) -> None:
         for step in range(3):
@@ -485,8 +487,8 @@ def test_tunes_registry_asks_the_gcs_once_per_entry_within_the_block(
     with what Tune itself answers, and registering again asks anew."""
     from ray.tune import registry
 
-    from hpo.driver.ray_fit_private import registry_read_once
     from hpo.driver.ray_session import embedded_ray
+    from hpo.ray_adapters.tune_fit import registry_read_once
 
     asked: list[bytes] = []
     ask = registry._internal_kv_get

@@ -242,7 +242,7 @@ def test_a_batch_that_ends_in_a_save_sends_no_train_call_before_the_save_resolve
         batches: list[tuple[str, list[int]]]) -> None:
     """Tune acted on the CONTINUE of a batch's earlier rows while the save its last row
     started was in flight: a train call behind the save, another after it, and from then on
-    two in flight, the last past the trial's end (hpo.driver.ray_fit_private)."""
+    two in flight, the last past the trial's end (hpo.ray_adapters.tune_fit)."""
     trains_during_saves = []
     original = TuneController._schedule_trial_train
 

@@ -18,7 +18,7 @@ from conftest import ROOT, command_lines, hpo_cli, trial_rows
 from stop_points import SPEC as STOP_SPEC
 from stop_points import StopAt
 
-from hpo.driver.run_dir import OWNER_FILE
+from hpo.cluster.run_dir import OWNER_FILE
 from hpo.errors import ExperimentError
 from hpo.results import load_results
 

@@ -1,4 +1,4 @@
-"""hpo's private /tmp folder of an embedded run (hpo/driver/run_dir.py): 0700, locked by its run,
+"""hpo's private /tmp folder of an embedded run (hpo/cluster/run_dir.py): 0700, locked by its run,
 removed afterwards; a later run removes the folders of runs that were killed, and only those.
 The owners are real processes holding real locks."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hpo.driver.run_dir import OWNER_FILE, private_run_dir, remove_stale
+from hpo.cluster.run_dir import OWNER_FILE, private_run_dir, remove_stale
 
 HOLD_LOCK = ("import fcntl, sys, time; f = open(sys.argv[1]); fcntl.flock(f, fcntl.LOCK_EX); "
              "print('locked', flush=True); time.sleep(600)")

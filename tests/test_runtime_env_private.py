@@ -1,7 +1,7 @@
 """The embedded Ray's runtime-env agent off the way to the first trial (issue 36): Tune's
 trial actors carry no runtime env where every worker inherits its env_vars, the raylet is told
 the agent's port ahead, and the agent starts once asked, at the driver's priority
-(hpo.driver.runtime_env_private, hpo.driver.agent_gate)."""
+(hpo.ray_adapters.fast_start.runtime_env, hpo.ray_adapters.fast_start.agent_gate)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import pytest
 import ray
 
 from hpo.cluster.node import descendants
-from hpo.driver import agent_gate
 from hpo.driver.ray_session import embedded_ray
-from hpo.driver.runtime_env_private import (
+from hpo.ray_adapters.fast_start import agent_gate
+from hpo.ray_adapters.fast_start.runtime_env import (
     AGENT_COMMAND,
     TUNE_DEFAULT_ENV,
     gated_agent,

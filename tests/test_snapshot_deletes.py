@@ -216,8 +216,8 @@ def test_snapshots_come_every_10_s_and_every_second_once_a_trial_has_saved() -> 
     from ray.train._internal.storage import _FilesystemSyncer
     from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
 
-    from hpo.driver import ray_private
     from hpo.driver.guards import snapshot_deletes
+    from hpo.ray_adapters import tune_guards
 
     manager = _ExperimentCheckpointManager(storage=None, checkpoint_period="auto")
     syncer = _FilesystemSyncer(LocalFileSystem())
@@ -227,7 +227,7 @@ def test_snapshots_come_every_10_s_and_every_second_once_a_trial_has_saved() -> 
             syncer._sync_up_command(local_path="staging", uri="exp")
         manager._update_auto_checkpoint_time(time_taken)
 
-    with ray_private.snapshot_hooks(lambda fs, path: None, lambda upload: upload,
+    with tune_guards.snapshot_hooks(lambda fs, path: None, lambda upload: upload,
                                     snapshot_deletes.PERIOD_FLOOR_S,
                                     snapshot_deletes.CHECKPOINT_PERIOD_FLOOR_S, lambda: 0.01):
         snapshot(0.02, copied=True)
@@ -243,7 +243,7 @@ def test_snapshots_come_every_10_s_and_every_second_once_a_trial_has_saved() -> 
         assert manager._checkpoint_period == pytest.approx((0.2 + 0.01) * 19)
         assert not manager._should_force_sync_up
     fixed = _ExperimentCheckpointManager(storage=None, checkpoint_period=0.2)
-    with ray_private.snapshot_hooks(lambda fs, path: None, lambda upload: upload, 10.0, 1.0,
+    with tune_guards.snapshot_hooks(lambda fs, path: None, lambda upload: upload, 10.0, 1.0,
                                     lambda: 0.0):
         fixed.on_trial_checkpoint(object())  # TUNE_GLOBAL_CHECKPOINT_S is kept
         fixed._update_auto_checkpoint_time(0.02)

@@ -1,5 +1,5 @@
 """Trial actors start at most `cap` at a time
-(hpo.driver.ray_actors_private.staggered_actor_starts): Tune asks for every slot's actor at
+(hpo.ray_adapters.tune_actors.staggered_actor_starts): Tune asks for every slot's actor at
 once, and each worker's start (1-2 CPU-s of imports) then shares the node's cores with all the
 others, so that no trial ran before all were up (issue 36).
 
@@ -20,8 +20,8 @@ import ray
 from ray.air.execution import FixedResourceManager, ResourceRequest
 from ray.air.execution._internal import RayActorManager
 
-from hpo.driver.ray_actors_private import staggered_actor_starts, start_cap
 from hpo.driver.ray_session import embedded_ray
+from hpo.ray_adapters.tune_actors import staggered_actor_starts, start_cap
 
 ACTORS = 5
 START_S = 4.0  # longer than Ray takes to start a worker, even on a busy machine: without a
@@ -91,6 +91,7 @@ def test_without_the_cap_every_actor_starts_at_once(ray_of_five: None, tmp_path:
 def test_the_cap_is_the_cores_this_process_may_use(ray_of_five: None) -> None:
     assert ray.cluster_resources()["CPU"] == ACTORS
     assert start_cap() == min(ACTORS, len(os.sched_getaffinity(0)))
-    # forked workers (hpo.driver.fork_server): a few a core, never more than Ray's CPUs
+    # forked workers (hpo.ray_adapters.fast_start.fork_server): a few a core, never more than Ray's
+    # CPUs
     assert start_cap(per_core=2) == min(ACTORS, 2 * len(os.sched_getaffinity(0)))
     assert start_cap(per_core=ACTORS) == ACTORS

@@ -52,7 +52,7 @@ def _assert_clean(proc: subprocess.Popen[str], tmp_path: Path, signame: str) -> 
     assert "Traceback" not in stderr and "Fatal Python error" not in stderr, stderr[-3000:]
     assert last.startswith(f"error: the run stopped by {signame}"), last
     assert list((tmp_path / "tmp").iterdir()) == []  # Ray's and hpo's temp files: gone
-    # and hpo's run folder (hpo.driver.run_dir: under that $TMPDIR when it is short, else
+    # and hpo's run folder (hpo.cluster.run_dir: under that $TMPDIR when it is short, else
     # /tmp; its owner file names the driver's pid): made before `import hpo`, where a stop
     # ends the process at once
     assert [owner for owner in Path("/tmp").glob("hpo-*/owner")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, cli_invoke, command_lines, hpo_cli, trial_rows
 
-from hpo.driver import worker_stub
+from hpo.ray_adapters.fast_start import worker_stub
 
 SPEC = """name: w
 trainable: {root}/tests/study_trainables.py:steady

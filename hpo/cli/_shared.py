@@ -21,10 +21,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from hpo.driver import fork_server
 from hpo.driver.guards.start_stop import StoppedAtStart
 from hpo.driver.guards.storage_faults import storage_error
 from hpo.errors import ExperimentError, HpoError, OutputError, TrialErrorsWarning
+from hpo.ray_adapters.fast_start import fork_server
 
 if TYPE_CHECKING:  # pandas: imported where a table is made, not at the CLI's start
     import pandas as pd

@@ -26,6 +26,22 @@ def _packages() -> list[Row]:
     return rows
 
 
+def _ray_patches() -> list[Row]:
+    """The Ray release against the tested range, and the gate's table: each of hpo's changes
+    below Ray's public API, on or off and why (hpo.ray_adapters.gate)."""
+    from hpo.ray_adapters import gate
+    from hpo.ray_adapters.registry import NEWEST_RAY, OLDEST_RAY
+
+    tested = OLDEST_RAY <= gate.ray_version() <= NEWEST_RAY
+    rows = [("ray range", f"{gate.supported_ray()} "
+             f"({'tested' if tested else 'untested: speed patches off'})", tested)]
+    for name, kind, state, why in gate.table():
+        # a fix or feature that does not apply is a finding; a speed patch off is only slower
+        fine = state == "on" or kind == "speed" or why.startswith(gate.SWITCH)
+        rows.append((f"patch {name}", f"{state:<3} {kind:<7} {why}", fine))
+    return rows
+
+
 def _torch() -> list[Row]:
     import torch
 
@@ -71,7 +87,7 @@ def _cluster(interface: str | None) -> list[Row]:
 def diagnose(interface: str | None = None) -> list[Row]:
     """Every check's rows; a check that crashes is reported as a failed row, not raised."""
     checks: list[Callable[[], list[Row]]] = [
-        _packages, _torch, _gpu, _horovod, _horovod_ray,
+        _packages, _ray_patches, _torch, _gpu, _horovod, _horovod_ray,
         functools.partial(_cluster, interface)]
     rows: list[Row] = []
     for check in checks:

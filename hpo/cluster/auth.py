@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpo.cluster import ray_private
+from hpo.ray_adapters import gcs
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def token_env(token: Path) -> Iterator[None]:
     try:
         with environ_overlay({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
                               **TUNE_OUTPUT_ENV}):
-            ray_private.reload_auth_settings()
+            gcs.reload_auth_settings()
             yield
     finally:
-        ray_private.reload_auth_settings()
+        gcs.reload_auth_settings()

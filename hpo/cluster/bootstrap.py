@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpo.cluster import ray_private
 from hpo.cluster.auth import RayCluster, new_token, token_env
 from hpo.cluster.node import (
     CONFIG_FILE,
@@ -38,6 +37,7 @@ from hpo.cluster.ray_logs import RAY_LOG_MARK
 from hpo.cluster.render import srun_args
 from hpo.cluster.slurm_env import Allocation, rocm_visible
 from hpo.errors import ClusterStartError
+from hpo.ray_adapters import gcs
 from hpo.spec.slurm import SlurmSettings
 
 log = logging.getLogger("hpo.cluster")
@@ -89,7 +89,7 @@ def gcs_listening(address: str) -> bool:
 
 def _alive_nodes(client: Any) -> dict[str, dict[str, float]]:
     """Ray node IP -> its total resources, for the nodes the GCS holds alive."""
-    infos = ray_private.alive_node_infos(client, timeout=5)
+    infos = gcs.alive_node_infos(client, timeout=5)
     return {info.node_manager_address: dict(info.resources_total) for info in infos.values()}
 
 
@@ -139,7 +139,7 @@ def wait_ready(alloc: Allocation, job_dir: Path, steps: list[_Step], timeout: fl
             address = json.loads(head.read_text())["address"]
         if client is None and address is not None and gcs_listening(address):
             try:  # a GCS that listens may still refuse (seen once: our token rejected)
-                client, refused = ray_private.gcs_client(address), ""
+                client, refused = gcs.gcs_client(address), ""
             except Exception as exc:  # Ray's own errors: asked again until the deadline
                 refused = f" (the head's GCS refused: {' '.join(str(exc).split())[:200]})"
         if client is not None:

@@ -1,5 +1,5 @@
 """Ray's node drain, as read from Ray 2.60.0 (`ray drain-node`, a hidden CLI over the GCS's
-DrainNode call, reached through hpo.cluster.ray_private; tests/test_ray_private.py checks it
+DrainNode call, reached through hpo.ray_adapters.gcs; tests/test_ray_private.py checks it
 against the installed Ray).
 
 A preemption drain whose deadline has passed makes the GCS record the node's end as
@@ -13,15 +13,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from hpo.cluster import ray_private
 from hpo.cluster.auth import token_env
-
-RAY_VERSION = "2.60.0"  # the version this was read from
+from hpo.ray_adapters import gcs
 
 
 def find_node_id(client: object, ip: str, node_manager_port: int) -> str:
     """The alive Ray node at ip:node_manager_port (two jobs' nodes may share an IP)."""
-    infos = ray_private.alive_node_infos(client, timeout=10)
+    infos = gcs.alive_node_infos(client, timeout=10)
     for node_id, info in infos.items():
         if info.node_manager_address == ip and info.node_manager_port == node_manager_port:
             return node_id.hex()
@@ -32,7 +30,7 @@ def alive_nodes(token_file: Path, gcs_address: str) -> set[tuple[str, int]]:
     """(ip, node manager port) of every alive node; empty while the GCS cannot be asked."""
     with token_env(token_file):
         try:
-            infos = ray_private.alive_node_infos(ray_private.gcs_client(gcs_address), timeout=5)
+            infos = gcs.alive_node_infos(gcs.gcs_client(gcs_address), timeout=5)
         except Exception:  # GCS busy or restarting: asked again on the next poll
             return set()
     return {(i.node_manager_address, i.node_manager_port) for i in infos.values()}
@@ -43,9 +41,9 @@ def drain_node(token_file: Path, gcs_address: str, ip: str, node_manager_port: i
     """Drain the node at ip:node_manager_port for preemption, deadline now; raises when the
     GCS cannot be reached or refuses."""
     with token_env(token_file):
-        client = ray_private.gcs_client(gcs_address)
+        client = gcs.gcs_client(gcs_address)
         node_id = find_node_id(client, ip, node_manager_port)
-        accepted, why = ray_private.drain_for_preemption(client, node_id, reason,
+        accepted, why = gcs.drain_for_preemption(client, node_id, reason,
                                                          int(time.time() * 1000))
     if not accepted:
         raise RuntimeError(why or "refused")

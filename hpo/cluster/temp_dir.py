@@ -1,4 +1,4 @@
-"""Where hpo's private temp folders go: an embedded run's (hpo.driver.run_dir) and the warm
+"""Where hpo's private temp folders go: an embedded run's (hpo.cluster.run_dir) and the warm
 local Ray's (hpo.cluster.warm), each holding Ray's temp dir and its Unix sockets."""
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
     where.chmod(0o700)
     token = new_token(where)
     port = pick_ports(str(os.getuid())).gcs
-    # not hpo-*: a run sweeps those that no live process holds (hpo.driver.run_dir)
+    # not hpo-*: a run sweeps those that no live process holds (hpo.cluster.run_dir)
     private = tempfile.mkdtemp(prefix="hpolocal-", dir=temp_parent())
     temp_dir = f"{private}/r"
     ray_args = ["--head", f"--port={port}", f"--node-ip-address={_IP}",
@@ -80,7 +80,8 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
                 "--disable-usage-stats", "--include-log-monitor=false",
                 *([f"--num-cpus={cpus}"] if cpus is not None else []),
                 *([f"--num-gpus={gpus}"] if gpus is not None else [])]
-    fork_socket = f"{private}/fork-{{job}}.sock"  # {job}: each run's job (hpo.driver.worker_stub)
+    # {job}: each run's job (hpo.ray_adapters.fast_start.worker_stub)
+    fork_socket = f"{private}/fork-{{job}}.sock"
     args = [sys.executable, "-m", "hpo.driver.warm_head", fork_socket, *ray_args]
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
            "RAY_USAGE_STATS_ENABLED": "0",

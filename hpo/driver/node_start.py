@@ -1,6 +1,9 @@
-"""`ray start` with its node's workers forked (hpo.driver.fork_server): Ray's own command, run
-in this process inside hpo.driver.ray_start_private.lean_head, as an embedded run starts its
-node, with hpo's stub (hpo.driver.worker_stub) as the raylet's worker command. A warm local
+"""`ray start` with its node's workers forked (hpo.ray_adapters.fast_start.fork_server): Ray's own
+command, run
+in this process inside hpo.ray_adapters.fast_start.lean_head.lean_head, as an embedded run starts
+its
+node, with hpo's stub (hpo.ray_adapters.fast_start.worker_stub) as the raylet's worker command. A
+warm local
 Ray's head uses it (hpo.driver.warm_head), and so does each node of a Slurm job
 (hpo.cluster.node), where a fresh worker would import Ray, Tune and their libraries from the
 site's shared file system (about 2 CPU-s each here, and every worker of a node at once):
@@ -14,7 +17,8 @@ node's first job: the study's driver, the first to connect to the job's Ray (the
 script waits for the nodes through the GCS, which makes no job). Ray starts any other job's
 workers itself, as it does where forks are not available. Once the driver has imported the
 trainable, it writes PRELOAD_FILE (in the job's folder, on the shared file system) with the
-heavy libraries a worker imports with it (torch: hpo.driver.fork_server.imported_with),
+heavy libraries a worker imports with it (torch:
+hpo.ray_adapters.fast_start.fork_server.imported_with),
 which the server then imports once for the forks it makes after, instead of each worker.
 """
 
@@ -29,7 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hpo.driver import fork_server, ray_start_private, worker_stub
+from hpo.ray_adapters import gate
+from hpo.ray_adapters.fast_start import fork_server, lean_head, worker_stub
 
 PRELOAD_LOOK_S = 0.2  # a stat of a file on the shared file system, per node
 
@@ -39,15 +44,17 @@ def ray_start(ray_args: list[str], config: dict[str, Any], stubs_env: dict[str, 
     """`ray start` with ray_args (those after `start`) in this process, inside lean_head
     (look_fast: its); `config` the head's system config (a worker node takes its head's).
     With stubs_env (what the stubs are told: fork_server.stubs_env, with Tune's variables
-    where the node's workers inherit them: hpo.driver.runtime_env_private), the raylet's
+    where the node's workers inherit them: hpo.ray_adapters.fast_start.runtime_env), the raylet's
     worker command is the stub, and its environment has stubs_env for its workers."""
     from ray.scripts.scripts import cli
 
     if stubs_env is not None:  # every worker inherits them from the raylet
         os.environ.update(stubs_env)
     extra = [f"--system-config={json.dumps(config)}"] if config and "--head" in ray_args else []
-    with ray_start_private.lean_head(worker_stub.__file__ if stubs_env is not None else None,
-                                     on_raylet=on_raylet, look_fast=look_fast):
+    lean = gate.applied("lean-head", lambda: lean_head.lean_head(
+        worker_stub.__file__ if stubs_env is not None else None, on_raylet=on_raylet,
+        look_fast=look_fast))
+    with lean:
         cli.main(args=["start", *ray_args, *extra], prog_name="ray", standalone_mode=False)
 
 
@@ -59,8 +66,9 @@ def main(private_dir: Path, preload_file: Path, ray_args: list[str]) -> None:
     # The server's own output (a failed preload, "not forking") goes where this node's does,
     # the experiment's Slurm log of the node: PRIVATE_DIR is removed when the node stops.
     sys.stdout.flush()
+    gate.check_at_start("ray start")  # the node's own warnings, in its Slurm log
     with fork_server.serving(private_dir, output=sys.stdout.fileno()) as forks:
-        if forks is None:
+        if forks is None or not gate.is_on("fork-workers"):
             from ray.scripts.scripts import cli
 
             cli.main(args=["start", *ray_args], prog_name="ray", standalone_mode=False)

@@ -15,6 +15,7 @@ from typing import Any
 
 from hpo.driver.trainable import check_findable, resets_config
 from hpo.errors import ConfigError
+from hpo.ray_adapters import gate
 from hpo.spec.growth import rank_counts
 from hpo.spec.model import Spec, is_class_trainable
 from hpo.spec.schedulers import Rasda
@@ -27,6 +28,18 @@ def before_ray(spec: Spec, source: str) -> None:
         check_findable(spec.trainable, source)
     check_batch_keys(spec, source)
     spec.tracking.check_login(source, os.environ)  # W&B online needs its key: before Ray
+    gate.check_at_start(source, needed_patches(spec))
+
+
+def needed_patches(spec: Spec) -> dict[str, str]:
+    """The feature patches this spec needs (hpo.ray_adapters.registry), each with the key that
+    needs it: every run's exact histories, and what its keys ask for."""
+    needed = {"history": "storage", "trial-session": "trainable"}
+    if spec.checkpoint.keep is not None:
+        needed["snapshot-deletes"] = "checkpoint.keep"
+    if spec.scheduler is not None and getattr(spec.scheduler, "type", "") == "rasda":
+        needed["rasda"] = "scheduler.type"
+    return needed
 
 
 def check_parameters(parameters: Any, source: str) -> None:

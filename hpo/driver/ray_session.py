@@ -22,19 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from hpo.cluster.auth import RayCluster, environ_overlay, new_token, token_env
-from hpo.cluster.ray_private import loopback_kept
+from hpo.cluster.run_dir import private_run_dir
 from hpo.cluster.slurm_env import rocm_visible
-from hpo.driver import (
-    fork_server,
-    kept_ray,
-    ray_start_private,
-    runtime_env_private,
-    warm_forks,
-)
+from hpo.driver import kept_ray, warm_forks
 from hpo.driver.ray_log import log_ray_to, stop_logging
-from hpo.driver.run_dir import private_run_dir
 from hpo.driver.users_ray import users_ray
 from hpo.errors import ConfigError
+from hpo.ray_adapters import gate
+from hpo.ray_adapters.fast_start import fork_server, lean_head, runtime_env
+from hpo.ray_adapters.gcs import loopback_kept
 
 
 def _lean_head(forks: fork_server.ForkServer | None,
@@ -47,16 +43,20 @@ def _lean_head(forks: fork_server.ForkServer | None,
     (docs/benchmarks.md). `ray start` has switches for the monitors
     (--no-monitor, --include-log-monitor=false) and none for the dashboard process; `ray.init`
     has none at all, so they are set for this call only. With a fork server, the raylet's
-    worker command is its stub (hpo.driver.fork_server). `ray.init` also sees the node
-    registered within 20 ms instead of Ray's 1 s look (hpo.driver.ray_start_private). Its
+    worker command is its stub (hpo.ray_adapters.fast_start.fork_server). `ray.init` also sees the
+    node
+    registered within 20 ms instead of Ray's 1 s look (hpo.ray_adapters.fast_start.lean_head). Its
     runtime-env agent gets agent_port, held for it, and starts once asked
     (runtime_env_private)."""
     def started(raylet_pid: int) -> None:
-        runtime_env_private.note_raylet(raylet_pid)
+        runtime_env.note_raylet(raylet_pid)
         if forks is not None:
             forks.start(raylet_pid)
 
-    return ray_start_private.lean_head(forks.setup_worker if forks else None,
+    if not gate.is_on("lean-head"):  # Ray's own start: its raylet's pid is not told
+        return contextlib.nullcontext()
+
+    return lean_head.lean_head(forks.setup_worker if forks else None,
                                        on_raylet=started, agent_port=agent_port)
 
 
@@ -96,7 +96,7 @@ _forks: fork_server.ForkServer | None = None
 
 def starts_per_core() -> int:
     """How many trial actors may start at once for each core: more where workers are forked
-    (hpo.driver.fork_server), where a start costs little CPU."""
+    (hpo.ray_adapters.fast_start.fork_server), where a start costs little CPU."""
     return fork_server.STARTS_PER_CORE if _forks is not None and _forks.forking else 1
 
 
@@ -141,9 +141,9 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
         run_dir, forks = _run_dir_and_forks(stack)
         _set_forks(forks)
         stack.callback(_set_forks, None)
-        stack.callback(runtime_env_private.note_raylet, None)
-        agent_port = stack.enter_context(runtime_env_private.reserved_port())
-        workers_env = {**runtime_env_private.TUNE_DEFAULT_ENV, **(forks.env if forks else {})}
+        stack.callback(runtime_env.note_raylet, None)
+        agent_port = stack.enter_context(runtime_env.reserved_port())
+        workers_env = {**runtime_env.TUNE_DEFAULT_ENV, **(forks.env if forks else {})}
         # loopback_kept: on 127.0.0.1 also where ray was imported before hpo (a notebook that
         # builds its search space with ray.tune), which _import_ray_local_only cannot reach.
         with _lean_head(forks, agent_port), environ_overlay(workers_env), loopback_kept():
@@ -152,7 +152,7 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                      _temp_dir=str(run_dir / "r"), log_to_driver=False,
                      logging_level=logging.WARNING,
-                     _system_config={**ray_start_private.NODE_CONFIG,
+                     _system_config={**lean_head.NODE_CONFIG,
                                      **(fork_server.system_config() if forks else {})})
     except BaseException:
         stack.close()  # undo what was done
@@ -171,6 +171,8 @@ def _run_dir_and_forks(stack: contextlib.ExitStack) -> tuple[Path, fork_server.F
     else:
         run_dir = stack.enter_context(private_run_dir())
         forks = stack.enter_context(fork_server.serving(run_dir))
+    if forks is not None and not (gate.is_on("fork-workers") and gate.is_on("lean-head")):
+        forks = None  # the checks found a mismatch: a server started ahead idles until the end
     stack.enter_context(token_env(new_token(run_dir)))
     return run_dir, forks
 
@@ -189,8 +191,8 @@ def _job_forks(cluster: RayCluster) -> Iterator[None]:
         if forks is not None:
             _set_forks(forks)
             stack.callback(_set_forks, None)
-            runtime_env_private.note_raylet(cluster.raylet_pid)
-            stack.callback(runtime_env_private.note_raylet, None)
+            runtime_env.note_raylet(cluster.raylet_pid)
+            stack.callback(runtime_env.note_raylet, None)
         yield
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from hpo.cluster.auth import RayCluster
-from hpo.driver import preflight, ray_fit_private, runtime_env_private, translate
+from hpo.driver import preflight, translate
 from hpo.driver.fit_errors import said_in_one_line
 from hpo.driver.guards import storage_faults
 from hpo.driver.guards.lease import experiment_lease
@@ -27,7 +27,6 @@ from hpo.driver.guards.start_stop import (
 from hpo.driver.guards.storage_faults import check_resumable, storage_guard
 from hpo.driver.guards.walltime import WalltimeGuard, active
 from hpo.driver.outcome import LOG_FILE, RunResult, outcome, resume_hint
-from hpo.driver.ray_actors_private import start_cap
 from hpo.driver.ray_session import (
     check_connectable,
     connected_ray,
@@ -37,6 +36,9 @@ from hpo.driver.ray_session import (
 )
 from hpo.driver.trainable import python_name
 from hpo.errors import ConfigError, ExperimentError, LeaseError
+from hpo.ray_adapters import gate, tune_fit
+from hpo.ray_adapters.fast_start import runtime_env
+from hpo.ray_adapters.tune_actors import start_cap
 from hpo.results import SPEC_FILE, load_results, loading, saved_spec
 from hpo.spec.load import load_spec, spec_from_dict
 from hpo.spec.model import PYTHON_TRAINABLE, Spec
@@ -255,19 +257,33 @@ def _check_trainable_given(exp_dir: Path, spec: Spec) -> None:
                               "if the run had them)")
 
 
-def _fit(tuner: Any, spec: Spec, name: str) -> None:
-    from hpo.driver.guards.node_loss import node_losses_forgiven
+def _tune_patched(spec: Spec) -> contextlib.ExitStack:
+    """Tune's fit with each of hpo's changes that the gate turns on (hpo.ray_adapters)."""
     from hpo.driver.guards.snapshot_deletes import deleted_after_snapshot
+    from hpo.ray_adapters.node_loss import node_losses_forgiven
+
+    stack = contextlib.ExitStack()
+    for name, patch in (
+            ("node-loss", node_losses_forgiven),
+            ("snapshot-deletes", deleted_after_snapshot),
+            ("trial-reports", lambda: translate.result_batches(spec)),
+            ("fit-speed", lambda: tune_fit.faster_fit(start_cap(starts_per_core()))),
+            ("pbt-pause", tune_fit.no_stop_left_by_a_pause),
+            ("save-race", tune_fit.no_train_during_a_save),
+            ("interrupt-cleanup", tune_fit.trials_ended_on_interrupt),
+            ("runtime-env-gate", lambda: runtime_env.trial_actors_without_runtime_env(
+                runtime_env.workers_environ()))):
+        stack.enter_context(gate.applied(name, patch))
+    return stack
+
+
+def _fit(tuner: Any, spec: Spec, name: str) -> None:
     from hpo.driver.guards.stops import signals_restored
 
     try:
-        with said_in_one_line(spec), signals_restored(), node_losses_forgiven(), \
-                deleted_after_snapshot(), translate.result_batches(spec), \
-                ray_fit_private.faster_fit(start_cap(starts_per_core())), \
-                ray_fit_private.trials_ended_on_interrupt(), \
-                runtime_env_private.trial_actors_without_runtime_env(
-                    runtime_env_private.workers_environ()):
-            ray_fit_private.staged_apart(name)
+        with said_in_one_line(spec), signals_restored(), _tune_patched(spec):
+            if gate.is_on("staged-apart"):
+                tune_fit.staged_apart(name)
             tuner.fit()
     finally:  # a storage fault's stop: Tune's own last sync may have cut a state file
         watch = storage_faults.current()

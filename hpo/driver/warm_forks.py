@@ -1,5 +1,5 @@
 """The fork server of one run's job on a warm local Ray (hpo.cluster.warm), whose raylet's
-worker stubs look for each job's own server (hpo.driver.worker_stub's {job}).
+worker stubs look for each job's own server (hpo.ray_adapters.fast_start.worker_stub's {job}).
 
 The run starts that server, so the server and its forks have what the run's process has
 where the environment does not set it: its cgroups (a Slurm step's CPUs, memory and
@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hpo.cluster.auth import RayCluster
-from hpo.driver import fork_server, worker_stub
-from hpo.driver.run_dir import private_run_dir
+from hpo.cluster.run_dir import private_run_dir
+from hpo.ray_adapters.fast_start import fork_server, worker_stub
 
 # A Slurm step's part of a cgroup path (v1: /slurm/uid_1/job_2/step_0; v2:
 # /system.slice/slurmstepd.scope/job_2/step_0/user/task_0): what a step confines.

@@ -1,8 +1,9 @@
 """`ray start --head` for the warm local Ray (hpo.cluster.warm): Ray's own command, run in
-this process inside hpo.driver.ray_start_private.lean_head, as an embedded run starts its
+this process inside hpo.ray_adapters.fast_start.lean_head.lean_head, as an embedded run starts its
 node: no dashboard process, a minimal dashboard agent niced. Where workers can be forked
-(hpo.driver.fork_server.available), its raylet's worker command is hpo's stub
-(hpo.driver.worker_stub), which asks the fork server of the worker's own job (each `hpo run`
+(hpo.ray_adapters.fast_start.fork_server.available), its raylet's worker command is hpo's stub
+(hpo.ray_adapters.fast_start.worker_stub), which asks the fork server of the worker's own job (each
+`hpo run`
 on the warm Ray starts one: its workers are forks, not fresh Pythons that import Ray and
 Tune again, about 2 CPU-s each), and its last line of output is the raylet's pid.
 
@@ -16,16 +17,17 @@ from __future__ import annotations
 import sys
 
 from hpo.cluster.warm import PID_LINE
-from hpo.driver import fork_server, node_start, ray_start_private, runtime_env_private
+from hpo.driver import node_start
+from hpo.ray_adapters.fast_start import fork_server, lean_head, runtime_env
 
 
 def main(socket_path: str, ray_args: list[str]) -> None:
     forks = fork_server.available()
-    config = {**ray_start_private.NODE_CONFIG, **(fork_server.system_config() if forks else {})}
+    config = {**lean_head.NODE_CONFIG, **(fork_server.system_config() if forks else {})}
     raylets: list[int] = []
     # Tune's variables too: a run on this Ray declares its trial actors without them
-    # (hpo.driver.runtime_env_private reads them in the raylet's environment).
-    stubs_env = {**fork_server.stubs_env(socket_path), **runtime_env_private.TUNE_DEFAULT_ENV}
+    # (hpo.ray_adapters.fast_start.runtime_env reads them in the raylet's environment).
+    stubs_env = {**fork_server.stubs_env(socket_path), **runtime_env.TUNE_DEFAULT_ENV}
     node_start.ray_start(ray_args, config, stubs_env if forks else None, raylets.append)
     if forks:
         print(f"{PID_LINE}{raylets[0]}", flush=True)

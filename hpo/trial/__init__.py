@@ -12,9 +12,6 @@ is here:
     dist         what a trainable calls to run the same on one process or many ranks
     large_batch  the large-batch recipe: global batch, LR rules, batch schedules, optimizers
     placement    a trial's process, or a rank, on the CPUs near its GPU (HPO_GPU_CORES)
-    ray_private  every reach into Ray's private parts (Ray Train's session), with the Ray version
-The driver imports only the entry points named above. `hpo.dist`, `hpo.large_batch`,
-`hpo.session`, `hpo.cost`, `hpo.ranks` and `hpo.driver.wrapper` (their places before
-2026-11-26) still import these modules (hpo/__init__.py), so older trainables and pickled
-experiment state keep working.
+The driver imports only the entry points named above. A trainable imports `hpo.dist` and
+`hpo.large_batch` by those names (hpo/__init__.py).
 """

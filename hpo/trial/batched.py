@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from hpo.trial import ray_private
+from hpo.ray_adapters import train_session
 
 BATCH_S = 1.0  # 0.2 before rows went on during the round trip: 5x the calls, same wall
 MAX_ROWS = 1000
@@ -70,14 +70,14 @@ class BatchedResults:
                 return rows
             if len(rows) >= MAX_ROWS or time.monotonic() >= deadline:
                 if self.trains_on:
-                    ray_private.train_on()
+                    train_session.train_on()
                     self._let_go_at = time.time()
                 return rows
 
     def step(self) -> dict[str, Any]:
         metrics: dict[str, Any] = super().step()  # type: ignore[misc]  # FunctionTrainable's
         if self._let_go_at is not None:  # trained on since then, and reported at the last report
-            reported = ray_private.last_report_time() or self._let_go_at
+            reported = train_session.last_report_time() or self._let_go_at
             metrics.setdefault(TIME_THIS_ITER, max(0.0, reported - self._let_go_at))
             self._let_go_at = None
         return metrics

@@ -23,7 +23,7 @@ from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from hpo.trial import ray_private
+from hpo.ray_adapters import train_session
 
 _RECORD = "hpo_cost"  # the key in a checkpoint's metadata (Ray's .metadata.json)
 EnergyCounter = Callable[[], float]  # joules drawn by the trial's GPUs since some fixed point
@@ -103,7 +103,7 @@ def current() -> Totals | None:
     reported, and energy is not measured."""
     meter = _meter.get()
     if meter is None:
-        reported = ray_private.last_report_time()
+        reported = train_session.last_report_time()
         if reported is None:
             return None
         since = max(0.0, time.time() - reported)

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.trial import cost, placement, ray_private, session
+from hpo.ray_adapters import gate, train_session
+from hpo.trial import cost, placement, session
 from hpo.trial.session import Trainable, tune_storage
 
 
@@ -31,7 +32,8 @@ def with_session(func: Trainable, checkpoint_every: int, cpus: float = 1,
 
     @functools.wraps(func)
     def run_trial(config: dict[str, Any]) -> Any:
-        ray_private.artifact_syncs_timed_first()
+        if gate.is_on("trial-reports"):
+            train_session.artifact_syncs_timed_first()
         _keep_earlier_output()
         _use_cpus(cpus)
         placement.pin_near(placement.own_gpus(), int(cpus))

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hpo.errors import not_a_number
-from hpo.trial import checkpoint_files, cost, ray_private
+from hpo.ray_adapters import train_session
+from hpo.trial import checkpoint_files, cost
 
 Trainable = Callable[[dict[str, Any]], Any]  # what `trainable:` names: f(config)
 
@@ -224,7 +225,7 @@ def _local_copy_of_checkpoint() -> Path | None:
 
 def tune_storage() -> Any:
     """Ray Tune's storage context of the trial running in this process (None outside Tune)."""
-    return ray_private.trial_storage()
+    return train_session.trial_storage()
 
 
 def trial_folder() -> str | None:

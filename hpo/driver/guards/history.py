@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hpo.driver.ray_private import kept_checkpoint_rows
+from hpo.ray_adapters.tune_guards import kept_checkpoint_rows
 
 _log = logging.getLogger("hpo.history")
 ITERATION = "training_iteration"

@@ -33,9 +33,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from hpo.driver import ray_private
 from hpo.driver.guards import storage_faults
 from hpo.driver.guards.snapshot_copy import Copied, copy_changed, copy_tree, local, named_trials
+from hpo.ray_adapters import tune_guards
 
 _log = logging.getLogger("hpo.history")
 # Tune's snapshots are max(10 s, 19 x a snapshot's time) apart: 5% of the run, which here
@@ -152,7 +152,7 @@ def _plain(upload: Callable[..., Any]) -> Callable[..., Any]:
 
 def _delete(fs: Any, fs_path: str) -> None:
     try:  # Ray's deletion logs its own errors; a folder already gone raises
-        ray_private.delete_fs_path(fs, fs_path)
+        tune_guards.delete_fs_path(fs, fs_path)
     except OSError as exc:  # the checkpoint stays on disk; the run goes on
         _log.warning("could not delete the dropped checkpoint %s: %s", fs_path, exc)
 
@@ -179,7 +179,7 @@ def deleted_after_snapshot() -> Iterator[None]:
     global _current
     dropped = _current = _Dropped()
     try:
-        with ray_private.snapshot_hooks(dropped.mark, dropped.deleting_after, PERIOD_FLOOR_S,
+        with tune_guards.snapshot_hooks(dropped.mark, dropped.deleting_after, PERIOD_FLOOR_S,
                                         CHECKPOINT_PERIOD_FLOOR_S, lambda: dropped.last_copy_s):
             yield
     finally:

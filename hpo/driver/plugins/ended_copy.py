@@ -16,8 +16,8 @@ from typing import Any
 
 from ray.tune import Callback
 
-from hpo.driver import ray_private
 from hpo.driver.guards.snapshot_deletes import copy_ended_trial
+from hpo.ray_adapters import tune_guards
 
 
 class EndedTrialsCopied(Callback):
@@ -25,6 +25,6 @@ class EndedTrialsCopied(Callback):
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any,
                           **info: Any) -> None:
-        folders = ray_private.trial_folders(trial)  # None: a trial stopped before its start
+        folders = tune_guards.trial_folders(trial)  # None: a trial stopped before its start
         if folders is not None:
             copy_ended_trial(*folders)

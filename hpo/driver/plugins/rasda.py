@@ -12,7 +12,7 @@ a value (hpo.driver.plugins.rasda_decision.decide) and this class only applies i
 grows when the cluster can place it now, else it runs on with its growth due while new trials
 are held back (hpo.driver.plugins.rasda_gate) and Tune keeps few trials pending, so freed
 devices wait for it, for about one iteration at most. Every reach into Ray's private parts is in
-hpo.driver.plugins.ray_internals.
+hpo.ray_adapters.tune_rasda.
 Inside Slurm, a `guard` (hpo.driver.guards.walltime) keeps a promoted trial from starting a rung
 that cannot finish before the allocation ends: it is held on its rung's checkpoint, and when
 only held trials are left the run stops for the requeue.
@@ -29,9 +29,9 @@ from ray.tune.experiment import Trial
 from ray.tune.result import SHOULD_CHECKPOINT
 from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
 
-from hpo.driver.plugins import ray_internals as ray_
 from hpo.driver.plugins.rasda_decision import NO_CHECKPOINT, Decision, Due, decide, free_slots
 from hpo.driver.plugins.rasda_gate import Gate, GatedSearch, gated
+from hpo.ray_adapters import tune_rasda as ray_
 from hpo.spec.growth import rank_counts
 from hpo.trial.large_batch import SCHEDULE
 from hpo.trial.ranks.trial import rank_count, rank_placement

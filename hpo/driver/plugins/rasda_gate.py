@@ -6,7 +6,7 @@ pending trial's placement group takes the next devices that free up. The `Gate` 
 while a growth is due or under way (hpo.driver.plugins.rasda opens and closes it); `GatedSearch`
 around the run's search algorithm then suggests nothing ("nothing now", as a Searcher's
 `suggest` returning None: the search is not finished and Tune asks again next step).
-The scheduler also keeps the number of pending trials small (hpo.driver.plugins.ray_internals).
+The scheduler also keeps the number of pending trials small (hpo.ray_adapters.tune_rasda).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ray.tune.search.search_algorithm import SearchAlgorithm
 from ray.tune.search.search_generator import SearchGenerator
 from ray.tune.search.searcher import Searcher
 
-from hpo.driver.plugins import ray_internals
+from hpo.ray_adapters import tune_rasda
 
 
 class Gate:
@@ -58,7 +58,7 @@ class GatedSearch(SearchAlgorithm):
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
                               **spec: Any) -> bool:
-        return ray_internals.set_search_properties(self.search.set_search_properties, metric,
+        return tune_rasda.set_search_properties(self.search.set_search_properties, metric,
                                                    mode, config, **spec)
 
     def add_configurations(self, experiments: Any) -> None:

@@ -62,7 +62,7 @@ class _KeepsDriverCopy(_NotesStorageFaults):
     cut it back to the checkpoint the trial starts from (hpo.driver.guards.history). Ray calls this
     before it opens the file for appending."""
 
-    # Ray's private hook: listed and checked in hpo.driver.ray_private.OVERRIDDEN_HOOKS.
+    # Ray's private hook: listed and checked in hpo.ray_adapters.tune_guards.OVERRIDDEN_HOOKS.
     def _restore_from_remote(self, file_name: str, trial: Any) -> None:
         if not Path(trial.local_path, file_name).exists():
             super()._restore_from_remote(file_name, trial)  # type: ignore[misc]

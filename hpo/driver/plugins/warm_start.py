@@ -30,7 +30,7 @@ class WarmOptunaSearch(OptunaSearch):
         self._evaluated = evaluated
         super().__init__(*args, **kwargs)
 
-    # Ray's private hook: listed and checked in hpo.driver.ray_private.OVERRIDDEN_HOOKS.
+    # Ray's private hook: listed and checked in hpo.ray_adapters.tune_guards.OVERRIDDEN_HOOKS.
     def _setup_study(self, mode: Any) -> None:
         from optuna.trial import create_trial
 

@@ -10,8 +10,9 @@ from typing import Any
 import ray
 from ray.exceptions import RayError, RayTaskError
 
+from hpo.ray_adapters import gate, train_session
 from hpo.spec.model import Distributed
-from hpo.trial import cost, ray_private
+from hpo.trial import cost
 from hpo.trial.ranks import blame, pool
 from hpo.trial.ranks.channel import Files, pack_folder, unpack_folder
 from hpo.trial.ranks.rank import RankEnd, run_rank
@@ -33,7 +34,8 @@ def distributed_trainable(func: Trainable, spec: Distributed, checkpoint_every: 
     def run_trial(config: dict[str, Any]) -> None:
         # metered from here: a reused trial process's session still holds the last trial's
         # report time, which the cost would otherwise start from
-        ray_private.artifact_syncs_timed_first()
+        if gate.is_on("trial-reports"):
+            train_session.artifact_syncs_timed_first()
         with cost.metered():
             _run_ranks(func, config, spec, checkpoint_every, metrics)
 

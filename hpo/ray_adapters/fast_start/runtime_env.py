@@ -8,7 +8,7 @@ at its start, unless told the agent's port, it waits until that agent has bound 
 s on 2 cores, while the agent imports Ray). In an embedded Ray every worker inherits the
 raylet's environment, which hpo gives those same values: the trial actors then carry no runtime
 env, nothing asks the agent, and the raylet is told the agent's port ahead. The agent itself
-starts only once something asks for a runtime env (hpo.driver.agent_gate).
+starts only once something asks for a runtime env (hpo.ray_adapters.fast_start.agent_gate).
 
 Ray names none of these public; tests/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
@@ -19,7 +19,7 @@ Ray and fails loudly when one is gone or changed:
   - RayParams.runtime_env_agent_port (0 or None: the agent binds any port and writes it into
     a port file, which the raylet waits for; a port given: the raylet goes on without the
     agent, which binds that port with SO_REUSEADDR in ray/_private/runtime_env/agent/main.py),
-    given by hpo.driver.ray_start_private's lean_head a port held for it (reserved_port);
+    given by hpo.ray_adapters.fast_start.lean_head's lean_head a port held for it (reserved_port);
   - services.start_raylet's raylet argument --runtime_env_agent_command=<command>, which
     lean_head has start through hpo's gate (gated_agent), which binds as the agent does
     (its --node-ip-address=, the first of socket.getaddrinfo(address, port,
@@ -41,11 +41,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from hpo.driver import agent_gate
-from hpo.driver.fork_server import environ_of
-from hpo.driver.ray_private import command_prefixed, replaced
-
-RAY_VERSION = "2.60.0"  # the version these were read from
+from hpo.ray_adapters.fast_start import agent_gate
+from hpo.ray_adapters.fast_start.fork_server import environ_of
+from hpo.ray_adapters.tune_guards import command_prefixed, replaced
 
 AGENT_COMMAND = "--runtime_env_agent_command="  # the raylet's argument (gated by lean_head)
 # Tune's DEFAULT_ENV_VARS, which the embedded Ray's raylet (and so each worker) is given.
@@ -65,7 +63,7 @@ def reserved_port() -> Iterator[int]:
 
 def gated_agent(arg: str, port: int) -> str:
     """A raylet argument, with the runtime-env agent's command it names, whose port is `port`,
-    started once asked (hpo.driver.agent_gate)."""
+    started once asked (hpo.ray_adapters.fast_start.agent_gate)."""
     return command_prefixed(arg, AGENT_COMMAND,
                             [sys.executable, "-S", agent_gate.__file__, str(port)])
 

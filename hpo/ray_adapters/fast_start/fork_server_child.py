@@ -1,5 +1,6 @@
 """What a fork of the fork server does to become the worker a stub asked for
-(hpo.driver.fork_server_loop): the stub's stdio, working directory and environment, Ray's
+(hpo.ray_adapters.fast_start.fork_server_loop): the stub's stdio, working directory and
+environment, Ray's
 runtime-env variables set as setup_worker.py sets them, fresh random generators, then Ray's
 worker script as its main; it exits as the interpreter would, never back into the server."""
 
@@ -14,9 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
-from hpo.driver import fork_server_warm
-
-RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
+from hpo.ray_adapters.fast_start import fork_server_warm
 
 
 class Request(NamedTuple):
@@ -53,7 +52,8 @@ def become_worker(request: Request, fds: list[int]) -> NoReturn:
 def _as_setup_worker(args: list[str]) -> list[str]:
     """Do what setup_worker.py does before its exec: parse its own arguments off with its own
     parser and set the runtime env's variables (only those the stub lets through:
-    hpo.driver.worker_stub.READ_LATE, or repeated values); return what it would exec, the
+    hpo.ray_adapters.fast_start.worker_stub.READ_LATE, or repeated values); return what it would
+    exec, the
     interpreter flags dropped (this one has them)."""
     from ray._private.runtime_env.context import RuntimeEnvContext
     from ray._private.utils import update_envs

@@ -1,5 +1,5 @@
 """The embedded Ray's runtime-env agent, started only once something asks for a runtime env
-(hpo.driver.runtime_env_private): the raylet's agent command is
+(hpo.ray_adapters.fast_start.runtime_env): the raylet's agent command is
 
     python -S <this file> PORT <the agent's own command>
 
@@ -20,7 +20,7 @@ first asked up, and exits, ending the run. Why not at once at nice 0: its Python
 (util32's utilisation 0.01 lower at 10 s; docs/benchmarks.md), for an agent a run whose
 trials inherit Tune's variables never asks anything.
 
-It imports only the interpreter's own C modules, as hpo.driver.worker_stub does.
+It imports only the interpreter's own C modules, as hpo.ray_adapters.fast_start.worker_stub does.
 """
 
 import _socket

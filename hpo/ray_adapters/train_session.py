@@ -25,8 +25,6 @@ import inspect
 import time
 from typing import Any
 
-RAY_VERSION = "2.60.0"  # the version these were read from
-
 
 def train_session() -> Any:
     """Ray Train's session of the trial running in this process (None outside Tune)."""
@@ -84,6 +82,26 @@ def artifact_syncs_timed_first() -> None:
 
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
+    return session_gaps() + speed_gaps()
+
+
+def speed_gaps() -> list[str]:
+    """What train_on and artifact_syncs_timed_first read that the installed Ray lacks."""
+    from ray.train._internal import session
+
+    train = getattr(session, "_TrainSession", None)
+    source = inspect.getsource(train) if train is not None else ""
+    gaps = [f"_TrainSession.{name}" for name in ("continue_lock", "_first_report")
+            if f"self.{name} =" not in source]
+    get_next = inspect.getsource(train.get_next) if hasattr(train, "get_next") else ""
+    if "if not self._first_report:\n" not in get_next or "self.continue_lock.release()" \
+            not in get_next:
+        gaps.append("_TrainSession.get_next() releasing continue_lock unless _first_report")
+    return gaps + _artifact_sync_gaps()
+
+
+def session_gaps() -> list[str]:
+    """What a trial reads of its session that the installed Ray lacks."""
     from ray.train._internal import session
     from ray.train._internal.storage import StorageContext
 
@@ -94,16 +112,11 @@ def missing() -> list[str]:
         gaps.append("ray.train._internal.session.get_session()")
     train = getattr(session, "_TrainSession", None)
     source = inspect.getsource(train) if train is not None else ""
-    gaps += [f"_TrainSession.{name}" for name in ("storage", "last_report_time",
-                                                   "continue_lock", "_first_report")
+    gaps += [f"_TrainSession.{name}" for name in ("storage", "last_report_time")
              if f"self.{name} =" not in source]
-    get_next = inspect.getsource(train.get_next) if hasattr(train, "get_next") else ""
-    if "if not self._first_report:\n" not in get_next or "self.continue_lock.release()" \
-            not in get_next:
-        gaps.append("_TrainSession.get_next() releasing continue_lock unless _first_report")
     gaps += [f"StorageContext.{name}" for name in ("trial_fs_path", "trial_working_directory")
              if not isinstance(inspect.getattr_static(StorageContext, name, None), property)]
-    return gaps + _artifact_sync_gaps()
+    return gaps
 
 
 def _artifact_sync_gaps() -> list[str]:

@@ -29,9 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from hpo.cluster.slurm_env import usable_cores
-from hpo.driver.ray_private import method_params, replaced, sets_or_defines
-
-RAY_VERSION = "2.60.0"  # the version these were read from
+from hpo.ray_adapters.tune_guards import method_params, replaced, sets_or_defines
 
 
 def start_cap(per_core: int = 1) -> int:

@@ -26,8 +26,6 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
-RAY_VERSION = "2.60.0"  # the version these were read from
-
 
 def gcs_client(address: str) -> Any:
     """A client of the GCS at host:port (blocks up to 30 s while nothing listens there)."""

@@ -1,5 +1,7 @@
-"""The fork server's loop (hpo.driver.fork_server_process): a stub's request read and judged,
-a worker forked for it (hpo.driver.fork_server_child), the worker's end reported to the stub;
+"""The fork server's loop (hpo.ray_adapters.fast_start.fork_server_process): a stub's request read
+and judged,
+a worker forked for it (hpo.ray_adapters.fast_start.fork_server_child), the worker's end reported
+to the stub;
 the driver's orders (modules to import for the forks after, or to stop) read between."""
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from hpo.driver import worker_stub
-from hpo.driver.fork_server_child import Request, become_worker
+from hpo.ray_adapters.fast_start import worker_stub
+from hpo.ray_adapters.fast_start.fork_server_child import Request, become_worker
 
 _INT = struct.Struct("!i")
 _PEER = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid

@@ -1,5 +1,7 @@
-"""The fork server's own process (started by hpo.driver.fork_server): it imports what every
-worker imports, once, then forks a worker for each stub that asks (hpo.driver.worker_stub).
+"""The fork server's own process (started by hpo.ray_adapters.fast_start.fork_server): it imports
+what every
+worker imports, once, then forks a worker for each stub that asks
+(hpo.ray_adapters.fast_start.worker_stub).
 
 A fork is what a fresh worker would be: the environment, working directory and stdio of the
 process the raylet started, Ray's runtime-env variables applied as setup_worker.py applies
@@ -8,9 +10,11 @@ seeded afresh (Python's own reseeds at fork; NumPy's global one is reseeded here
 the server uses a CUDA device or a connection before it forks. What forks share that fresh
 workers would not: the interpreter's string hash seed (the order of a set of strings), the
 modules the server imported (those a worker imports anyway before its first trial), and
-what hpo.driver.fork_server_warm did once for all (the worker script's code, compiled; the
+what hpo.ray_adapters.fast_start.fork_server_warm did once for all (the worker script's code,
+compiled; the
 regular expressions Ray's worker compiles, in `re`'s cache). Its loop is
-hpo.driver.fork_server_loop; what a fork does to become a worker, hpo.driver.fork_server_child.
+hpo.ray_adapters.fast_start.fork_server_loop; what a fork does to become a worker,
+hpo.ray_adapters.fast_start.fork_server_child.
 """
 
 from __future__ import annotations
@@ -27,17 +31,16 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from hpo.driver import fork_server_warm
-from hpo.driver.fork_server_loop import PER_PROCESS, Orders, Server
-
-RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
+from hpo.ray_adapters.fast_start import fork_server_warm
+from hpo.ray_adapters.fast_start.fork_server_loop import PER_PROCESS, Orders, Server
 
 # What every trial's worker imports, in two parts. First, while Ray starts, the libraries:
 # those Tune imports (0.8 CPU-s on 2 cores), then those Ray's worker and Tune import beside
 # them where installed (IPython's shell, which Tune's trainable clears; jsonschema, requests,
 # protobuf, pydantic v1, starlette: 0.4 CPU-s). None reads Ray's per-process variables; those
 # they read at import (TQDM_*, PROTOCOL_BUFFERS_*, TERM) are the server's first environment's,
-# the raylet's too (hpo.driver.fork_server). Not those Ray bundles (ray/thirdparty_files:
+# the raylet's too (hpo.ray_adapters.fast_start.fork_server). Not those Ray bundles
+# (ray/thirdparty_files:
 # psutil, colorama), which `import ray` puts first on the path. Then, once the node and job
 # are known (`import ray` reads the job's variables), Ray's worker main, Tune and hpo's trial
 # wrapper (0.45 CPU-s): the part the first trial waits for. Not the user's trainable: it may
@@ -152,7 +155,8 @@ def fresh_ray_ids() -> bool:
 
 def missing() -> list[str]:
     """What the server reads of Ray's private parts that the installed Ray lacks (those of
-    its forks: hpo.driver.fork_server_child): where an actor class draws its ID, the
+    its forks: hpo.ray_adapters.fast_start.fork_server_child): where an actor class draws its ID,
+    the
     per-process flags."""
     import inspect
 

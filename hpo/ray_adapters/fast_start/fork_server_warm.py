@@ -1,5 +1,6 @@
 """Work every fresh worker repeats before its first step that the fork server does once, for
-all its forks (hpo.driver.fork_server_process): a forked worker's own CPU to its first step
+all its forks (hpo.ray_adapters.fast_start.fork_server_process): a forked worker's own CPU to its
+first step
 went from 48 to 39 ms (medians of six interleaved pairs, docs/benchmarks.md).
 
   - the worker's main script (Ray's default_worker.py), which `runpy.run_path` compiles
@@ -18,8 +19,6 @@ import re
 import runpy
 import sys
 import types
-
-RAY_VERSION = "2.60.0"  # the version the regular expressions were read from
 
 _ACCELERATOR_PATTERN = "^{}_group_[0-9A-Za-z]+$"
 _compiled: dict[str, types.CodeType] = {}  # a script's path -> its code

@@ -12,13 +12,13 @@ Ray and fails loudly when one is gone or changed:
     nothing and leaves Node._webui_url None, as Ray's own path does when that process fails;
   - Node.start_raylet(self, ...), which records the raylet's process in
     Node.all_processes[PROCESS_TYPE_RAYLET]: wrapped for a block to hand its pid on (the fork
-    server, hpo.driver.fork_server, then imports Ray while the node comes up), and
+    server, hpo.ray_adapters.fast_start.fork_server, then imports Ray while the node comes up), and
     RayParams.setup_worker_path, the raylet's worker command, set for the block;
   - ray._private.services.start_ray_process(command, process_type, ...), which
     services.start_raylet calls with the raylet's command, whose
     --python_worker_command=<list2cmdline([sys.executable, setup_worker_path, ...])> is the
     worker command: wrapped for a block to start that Python with -S (no site), and the
-    agents' commands as hpo.driver.dashboard_agent_private and runtime_env_private say;
+    agents' commands as hpo.ray_adapters.fast_start.dashboard_agent and runtime_env_private say;
   - ray._private.services.get_node(gcs_address, node_id), which Node.__init__ calls until
     the new raylet has registered: its C++ side (GlobalStateAccessor::GetNode) sleeps 1 s
     between looks, and the raylet registers 1-1.5 s after its start, so `ray.init` waited
@@ -39,10 +39,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from hpo.driver import dashboard_agent_private, runtime_env_private
-from hpo.driver.ray_private import replaced, source_of, unknown_config_keys
-
-RAY_VERSION = "2.60.0"  # the version these were read from
+from hpo.ray_adapters.fast_start import dashboard_agent, runtime_env
+from hpo.ray_adapters.tune_guards import replaced, source_of, unknown_config_keys
 
 _LEAN = {"no_monitor": True, "include_log_monitor": False}
 _API_SERVER_PARAMS = ("self", "include_dashboard", "raise_on_failure")
@@ -74,9 +72,9 @@ def lean_head(setup_worker: str | None = None,
     node) has no autoscaler monitor and no log monitor (and `setup_worker` as the raylet's
     worker command, when given), a head node starts no dashboard process, on_raylet (when
     given) is called with the raylet's pid as soon as it is started, a minimal dashboard
-    agent is kept off the way (hpo.driver.dashboard_agent_private), agent_port (when given)
+    agent is kept off the way (hpo.ray_adapters.fast_start.dashboard_agent), agent_port (when given)
     is told the raylet ahead as its runtime-env agent's, which then starts once asked
-    (hpo.driver.runtime_env_private), and `ray.init` sees the node registered within
+    (hpo.ray_adapters.fast_start.runtime_env), and `ray.init` sees the node registered within
     NODE_LOOK_S (with look_fast; without, Ray looks every second: hundreds of a Slurm job's
     nodes starting at once would ask the head's GCS thousands of times a second); restored
     after."""
@@ -104,8 +102,8 @@ def lean_head(setup_worker: str | None = None,
 
     def told(original: Any) -> Any:
         def start_raylet(self: Any, *args: Any, **kwargs: Any) -> None:
-            if dashboard_agent_private.minimal():
-                dashboard_agent_private.agent_ports_ahead(self._session_dir, self._node_id)
+            if dashboard_agent.minimal():
+                dashboard_agent.agent_ports_ahead(self._session_dir, self._node_id)
             original(self, *args, **kwargs)
             raylets.append(self.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process)
             if on_raylet:
@@ -125,10 +123,10 @@ def lean_head(setup_worker: str | None = None,
             if process_type == ray_constants.PROCESS_TYPE_RAYLET:
                 if setup_worker:
                     command = [without_site(arg, setup_worker) for arg in command]
-                if dashboard_agent_private.minimal():
-                    command = [dashboard_agent_private.niced_agent(arg) for arg in command]
+                if dashboard_agent.minimal():
+                    command = [dashboard_agent.niced_agent(arg) for arg in command]
                 if agent_port:
-                    command = [runtime_env_private.gated_agent(arg, agent_port)
+                    command = [runtime_env.gated_agent(arg, agent_port)
                                for arg in command]
             return original(command, process_type, *args, **kwargs)
         return start_ray_process
@@ -137,7 +135,7 @@ def lean_head(setup_worker: str | None = None,
             replaced(Node, "start_raylet", told), \
             replaced(services, "get_node", looked_for_first if look_fast else _as_is), \
             replaced(services, "start_ray_process", raylet_commands), \
-            dashboard_agent_private.dependencies_looked_up_first():
+            dashboard_agent.dependencies_looked_up_first():
         yield
 
 
@@ -222,3 +220,9 @@ def _worker_command_gaps() -> list[str]:
         return ["services.start_raylet: --python_worker_command=[sys.executable, "
                 "setup_worker_path, ...] through start_ray_process(command, process_type)"]
     return []
+
+
+def head_gaps() -> list[str]:
+    """What the lean head's start reads that the installed Ray lacks (its dashboard agent's
+    too)."""
+    return missing() + dashboard_agent.missing()

@@ -3,7 +3,8 @@ every reach into Ray's private parts for it, in one place, as read from Ray 2.60
 
 hpo installs Ray without its dashboard's packages, so the raylet starts its dashboard agent
 with --minimal: it serves nothing and writes -1 (no such service) to three port files, which
-the raylet waits for before it registers its node. hpo.driver.ray_start_private.lean_head has
+the raylet waits for before it registers its node. hpo.ray_adapters.fast_start.lean_head.lean_head
+has
 Ray find out at once that the agent is minimal, writes its port files ahead, and starts it at
 the lowest CPU priority: nothing waits for it then, even where it starts late on a busy node.
 
@@ -33,9 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.driver.ray_private import command_prefixed, replaced, sets_or_defines
-
-RAY_VERSION = "2.60.0"  # the version these were read from
+from hpo.ray_adapters.tune_guards import command_prefixed, replaced, sets_or_defines
 
 AGENT_COMMAND = "--dashboard_agent_command="  # the raylet's argument
 

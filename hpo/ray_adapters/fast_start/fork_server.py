@@ -4,8 +4,10 @@ A Ray worker costs about 2 CPU-s before its first trial (measured on 2 cores): R
 setup_worker.py imports Ray, exec's default_worker.py, which imports Ray again, and the trial
 actor then imports ray.tune (pandas, pyarrow, ray.data). Tune runs a worker per concurrent
 trial, so 32 trial slots cost 64 CPU-s before they all run. Here one server process
-(hpo.driver.fork_server_process) imports the libraries while Ray starts and Ray once the node
-and job are known; the raylet's worker command (hpo.driver.worker_stub) asks it for a fork,
+(hpo.ray_adapters.fast_start.fork_server_process) imports the libraries while Ray starts and Ray
+once the node
+and job are known; the raylet's worker command (hpo.ray_adapters.fast_start.worker_stub) asks it
+for a fork,
 which runs Ray's own default_worker.py as its main, as a started worker would. A worker that
 needs another interpreter, a container or a command prefix is started by Ray as before.
 """
@@ -28,10 +30,10 @@ from types import ModuleType
 from typing import Any
 
 from hpo.cluster.slurm_env import usable_cores
-from hpo.driver import worker_stub
-from hpo.driver.ray_private import unknown_config_keys
+from hpo.ray_adapters import gate
+from hpo.ray_adapters.fast_start import worker_stub
+from hpo.ray_adapters.tune_guards import unknown_config_keys
 
-RAY_VERSION = "2.60.0"  # the version the reaches below were read from (see missing())
 SETUP_WORKER = "setup_worker.py"  # ray._private.ray_constants.SETUP_WORKER_FILENAME
 SOCKET_NAME = "fork.sock"  # in the run's (or node's) private folder
 LOG_NAME = "fork_server.log"  # the server's own output (its forks' goes to their stubs')
@@ -63,9 +65,11 @@ FIRST_JOB = "01000000"
 
 
 def available() -> bool:
-    """Forking workers needs Linux's pidfds and fd passing over Unix sockets; HPO_FORK_WORKERS=0
-    has Ray start every worker itself."""
-    if os.environ.get("HPO_FORK_WORKERS", "1") == "0" or not hasattr(socket, "send_fds"):
+    """Forking workers needs Linux's pidfds and fd passing over Unix sockets, and the lean
+    head's worker command; HPO_FORK_WORKERS=0 (or HPO_RAY_PATCHES, hpo.ray_adapters.gate) has
+    Ray start every worker itself."""
+    if os.environ.get("HPO_FORK_WORKERS", "1") == "0" or not hasattr(socket, "send_fds") or \
+            not (gate.switched_on("fork-workers") and gate.switched_on("lean-head")):
         return False
     try:
         os.close(os.pidfd_open(os.getpid()))  # Linux 5.3 and later
@@ -115,7 +119,8 @@ class ForkServer:
                 listener.listen(512)
                 fds = [listener.fileno(), read_end]
                 self._server = subprocess.Popen(
-                    [sys.executable, "-m", "hpo.driver.fork_server_process", *map(str, fds)],
+                    [sys.executable, "-m", "hpo.ray_adapters.fast_start.fork_server_process",
+                     *map(str, fds)],
                     pass_fds=fds, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
         except BaseException:
             os.close(write_end)
@@ -259,7 +264,7 @@ def start_ahead(env: dict[str, str] | None = None) -> None:
     global _ahead
     if _ahead is not None or not available():
         return
-    from hpo.driver.run_dir import private_run_dir
+    from hpo.cluster.run_dir import private_run_dir
 
     stack = contextlib.ExitStack()
     try:
@@ -302,9 +307,17 @@ def _ray_setup_worker() -> str:
 def missing() -> list[str]:
     """What this module reads of Ray's private parts that the installed Ray lacks: Ray's
     setup_worker.py beside its default_worker.py (the node's worker command and its
-    raylet are set and read by hpo.driver.ray_start_private.lean_head)."""
+    raylet are set and read by hpo.ray_adapters.fast_start.lean_head.lean_head)."""
     from ray._private import ray_constants
 
     gaps = [] if Path(_ray_setup_worker()).is_file() and \
         ray_constants.SETUP_WORKER_FILENAME == SETUP_WORKER else [_ray_setup_worker()]
     return gaps + [f"Ray config {key}" for key in unknown_config_keys(system_config())]
+
+
+def forks_missing() -> list[str]:
+    """What the fork server, its forks and their warm-up read that the installed Ray lacks."""
+    from hpo.ray_adapters.fast_start import fork_server_child, fork_server_process, fork_server_warm
+
+    return (missing() + fork_server_process.missing() + fork_server_child.missing()
+            + fork_server_warm.missing())

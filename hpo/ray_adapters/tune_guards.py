@@ -1,7 +1,7 @@
 """Every reach of the driver's run, guards and plugins into Ray's private parts, in one place, as
-read from Ray 2.60.0 (RASDA's reaches into Tune are in hpo.driver.plugins.ray_internals, the
-changes to Tune's fit for a run's speed in hpo.driver.ray_fit_private, those to the embedded
-Ray's start in hpo.driver.ray_start_private).
+read from Ray 2.60.0 (RASDA's reaches into Tune are in hpo.ray_adapters.tune_rasda, the
+changes to Tune's fit for a run's speed in hpo.ray_adapters.tune_fit, those to the embedded
+Ray's start in hpo.ray_adapters.fast_start.lean_head).
 
 Ray names none of these public; tests/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
@@ -55,8 +55,6 @@ import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
-
-RAY_VERSION = "2.60.0"  # the version these were read from
 
 # What a handler of actor errors is given: the trial, the RayActorError, and Tune's own
 # handling (count it), to call for a death it does not forgive.
@@ -237,25 +235,37 @@ def unknown_config_keys(keys: Iterable[str]) -> list[str]:
 
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
+    return actor_error_gaps() + snapshot_gaps() + history_gaps()
+
+
+def actor_error_gaps() -> list[str]:
+    """Tune's handler of a trial actor's death (actor_errors_handled_by)."""
+    from ray.tune.experiment.trial import Trial
+
+    handle = getattr(Trial, "_handle_ray_actor_error", None)
+    if not callable(handle) or list(inspect.signature(handle).parameters) != ["self", "exc"]:
+        return ["Trial._handle_ray_actor_error(self, exc)"]
+    return []
+
+
+def history_gaps() -> list[str]:
+    """What the history guards and the plugins' subclasses read: the checkpoints Tune keeps,
+    a trial's folders, the hooks they override and the state they inherit."""
     from ray.train._internal.checkpoint_manager import _CheckpointManager
     from ray.tune.experiment.trial import Trial
 
     gaps = []
-    handle = getattr(Trial, "_handle_ray_actor_error", None)
-    if not callable(handle) or list(inspect.signature(handle).parameters) != ["self", "exc"]:
-        gaps.append("Trial._handle_ray_actor_error(self, exc)")
     if not (sets_or_defines(Trial, "run_metadata")
             and isinstance(getattr(_CheckpointManager, "best_checkpoint_results", None),
                            property)):
         gaps.append("Trial.run_metadata.checkpoint_manager.best_checkpoint_results")
-    gaps += _snapshot_hook_gaps()
     gaps += _trial_folder_gaps()
     gaps += [f"{path}.{name}" for path, name in INHERITED_STATE
              if not sets_or_defines(ray_class(path), name)]
     return gaps + [gap for hook in OVERRIDDEN_HOOKS if (gap := _hook_gap(hook))]
 
 
-def _snapshot_hook_gaps() -> list[str]:
+def snapshot_gaps() -> list[str]:
     from ray.train._internal import checkpoint_manager, storage, syncer
     from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
 

@@ -1,13 +1,13 @@
 """What hpo changes in Tune's fit for a run's speed (issue 36), and one fix of Tune's synch
 PBT: every reach into Ray's private parts for them, in one place, as read from Ray 2.60.0
-(how trial actors start and are reused: hpo.driver.ray_actors_private).
+(how trial actors start and are reused: hpo.ray_adapters.tune_actors).
 
 Ray names none of these public; tests/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
   - ray.air._internal.usage.tag_callbacks(callbacks), which Tune's run calls to count the
     callbacks for Ray's usage telemetry, replaced for a block (no_callback_census);
   - TuneController._schedule_trial_pause(self, trial, should_checkpoint) (its signature
-    checked in hpo.driver.ray_actors_private), wrapped for a block to drop what it leaves
+    checked in hpo.ray_adapters.tune_actors), wrapped for a block to drop what it leaves
     in ._cached_trial_decisions (a trial id -> the decision to take once its save
     resolves) (no_stop_left_by_a_pause);
   - TuneController._maybe_execute_queued_decision(self, trial, after_save=False), which acts
@@ -40,19 +40,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.driver.ray_actors_private import cached_actors_to_waiting_trials, staggered_actor_starts
-from hpo.driver.ray_private import method_params, replaced, sets_or_defines
-
-RAY_VERSION = "2.60.0"  # the version these were read from
+from hpo.ray_adapters.tune_actors import cached_actors_to_waiting_trials, staggered_actor_starts
+from hpo.ray_adapters.tune_guards import method_params, replaced, sets_or_defines
 
 
 @contextlib.contextmanager
 def faster_fit(start_cap: int) -> Iterator[None]:
-    """Tune's fit, changed for speed and with synch PBT fixed while the block runs (each part
-    below)."""
+    """Tune's fit, changed for speed while the block runs (each part below)."""
     with cached_actors_to_waiting_trials(), no_callback_census(), \
-            staggered_actor_starts(start_cap), no_stop_left_by_a_pause(), \
-            no_train_during_a_save(), no_result_frames(), registry_read_once():
+            staggered_actor_starts(start_cap), no_result_frames(), registry_read_once():
         yield
 
 
@@ -219,33 +215,50 @@ def staged_apart(name: str, timeout_s: float = 2.0) -> None:
 
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
+    return fix_gaps() + speed_gaps()
+
+
+def speed_gaps() -> list[str]:
+    """What faster_fit reads that the installed Ray lacks."""
     from ray.air._internal import usage
     from ray.tune.analysis.experiment_analysis import ExperimentAnalysis
-    from ray.tune.execution.tune_controller import TuneController
-    from ray.tune.experiment import Trial
     from ray.tune.result_grid import ResultGrid
 
-    gaps = [f"TuneController.{name}" for name in ("_cached_trial_decisions",
-                                                   "_queued_trial_decisions")
-            if not sets_or_defines(TuneController, name)]
+    from hpo.ray_adapters import tune_actors
+
+    gaps = []
     if list(inspect.signature(usage.tag_callbacks).parameters) != ["callbacks"]:
         gaps.append("ray.air._internal.usage.tag_callbacks(callbacks)")
-    if method_params(TuneController, "_maybe_execute_queued_decision") != [
-            "self", "trial", "after_save"] or "self._queue_decision(trial, decision)" not in \
-            inspect.getsource(TuneController._process_trial_save):
-        gaps.append("TuneController._maybe_execute_queued_decision(self, trial, after_save)")
     if method_params(ExperimentAnalysis, "_fetch_trial_dataframes") != ["self"] or \
             "self._trial_dataframes = self._fetch_trial_dataframes()" not in \
             inspect.getsource(ExperimentAnalysis.__init__) or \
             "self._experiment_analysis.trial_dataframes.get(trial.trial_id)" not in \
             inspect.getsource(ResultGrid._trial_to_result):
         gaps.append("ExperimentAnalysis._fetch_trial_dataframes(self)")
+    return gaps + _registry_gaps() + tune_actors.missing()
+
+
+def fix_gaps() -> list[str]:
+    """What the fixes of Tune (tune_fixed, staged_apart) read that the installed Ray lacks."""
+    from ray.tune.execution.tune_controller import TuneController
+    from ray.tune.experiment import Trial
+
+    gaps = [f"TuneController.{name}" for name in ("_cached_trial_decisions",
+                                                   "_queued_trial_decisions")
+            if not sets_or_defines(TuneController, name)]
+    if method_params(TuneController, "_schedule_trial_pause") != ["self", "trial",
+                                                                    "should_checkpoint"]:
+        gaps.append("TuneController._schedule_trial_pause(self, trial, should_checkpoint)")
+    if method_params(TuneController, "_maybe_execute_queued_decision") != [
+            "self", "trial", "after_save"] or "self._queue_decision(trial, decision)" not in \
+            inspect.getsource(TuneController._process_trial_save):
+        gaps.append("TuneController._maybe_execute_queued_decision(self, trial, after_save)")
     if not isinstance(inspect.getattr_static(Trial, "is_saving", None), property):
         gaps.append("Trial.is_saving")
     if method_params(TuneController, "step") != ["self"] or \
             method_params(TuneController, "cleanup") != ["self"]:
         gaps.append("TuneController.step(self), .cleanup(self)")
-    return gaps + _staging_gaps() + _registry_gaps()
+    return gaps + _staging_gaps()
 
 
 def _registry_gaps() -> list[str]:

@@ -1,5 +1,6 @@
 """Ray's `setup_worker.py` for an embedded hpo run: the raylet starts each Python worker as
-`python -S <this file> <worker args>`. Where hpo's fork server runs (hpo.driver.fork_server)
+`python -S <this file> <worker args>`. Where hpo's fork server runs
+(hpo.ray_adapters.fast_start.fork_server)
 and the worker needs nothing but a plain Python (no container, no other interpreter, no
 command prefix: the server decides, with `forkable`), this asks the server for a worker
 forked from a process that has Ray and Tune imported already, and lives exactly as long as
@@ -29,7 +30,7 @@ _STDIO = _struct.pack("3i", 0, 1, 2)  # SCM_RIGHTS data: this process's stdin, o
 # Runtime-env variables that nothing the server imports reads: the fork sets them as Ray's
 # setup_worker.py would. Tune gives every trial actor PL_DISABLE_FORK (read by PyTorch
 # Lightning, which the server never imports; ray/tune/execution/class_cache.py), unless an
-# embedded Ray's workers inherit it already (hpo.driver.runtime_env_private).
+# embedded Ray's workers inherit it already (hpo.ray_adapters.fast_start.runtime_env).
 READ_LATE: frozenset[str] = frozenset({"PL_DISABLE_FORK"})
 
 

@@ -10,7 +10,7 @@ own Ray worker before the node goes ("The process receives a SIGTERM": Slurm sig
 process of a step, Ray's included). While a run fits, either death counts as a preemption, up
 to FORGIVEN times per trial (a trial that brings its node down again and again is failing).
 Read from Ray 2.60.0's handling of a trial actor's death (Tune's hook for it is swapped in
-hpo.driver.ray_private, which tests/test_ray_private.py checks) and worker.py's SIGTERM
+hpo.ray_adapters.tune_guards, which tests/test_ray_private.py checks) and worker.py's SIGTERM
 handler (tests/test_join.py checks its text is still there).
 """
 
@@ -21,9 +21,8 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from hpo.driver.ray_private import actor_errors_handled_by
+from hpo.ray_adapters.tune_guards import actor_error_gaps, actor_errors_handled_by
 
-RAY_VERSION = "2.60.0"  # the version this was read from
 NODE_DIED = "its node has died"  # Ray's ActorDiedError text for an actor lost with its node
 SIGTERMED = "The process receives a SIGTERM"  # a Ray worker's exit on a SIGTERM from outside
 FORGIVEN = 3
@@ -53,3 +52,16 @@ def node_losses_forgiven() -> Iterator[None]:
 
     with actor_errors_handled_by(handle):
         yield
+
+
+def missing() -> list[str]:
+    """What this module reads that the installed Ray lacks: Tune's handler of an actor's death
+    and the texts of the deaths it forgives."""
+    import inspect
+
+    import ray._private.worker as worker
+
+    gaps = actor_error_gaps()
+    if SIGTERMED not in inspect.getsource(worker.Worker.main_loop):
+        gaps.append(f"ray._private.worker's SIGTERM exit text {SIGTERMED!r}")
+    return gaps

@@ -21,8 +21,6 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-RAY_VERSION = "2.60.0"  # the version these were read from
-
 
 def controller_of(view: Any) -> Any:
     """The TuneController behind what a scheduler is given (a TrialRunnerWrapper from

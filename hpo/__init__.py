@@ -32,8 +32,8 @@ from hpo.trial.session import get_checkpoint, report
 
 if TYPE_CHECKING:  # the driver imports Ray and pandas: only when a run starts
     from hpo.cluster.auth import RayCluster
-    from hpo.driver.outcome import RunResult
-    from hpo.driver.trainable import WithParameters
+    from hpo.driver.run.outcome import RunResult
+    from hpo.driver.run.trainable import WithParameters
     from hpo.results import Results
     from hpo.spec import Spec
 
@@ -147,7 +147,7 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Callable[..., An
         >>> result = hpo.run("search_spaces/digits-asha.yaml", storage="/tmp/r")
         >>> result.best_config
     """
-    from hpo.driver.runner import run as _run
+    from hpo.driver.run.runner import run as _run
 
     return _said(_run(spec, trainable=trainable, parameters=parameters, callbacks=callbacks,
                       storage=storage, name=name, num_cpus=num_cpus, source=source,
@@ -174,7 +174,7 @@ def resume(experiment_dir: str | Path, *, trainable: Callable[..., Any] | None =
     Returns:
         RunResult, as `run` gives it.
     """
-    from hpo.driver.runner import resume as _resume
+    from hpo.driver.run.runner import resume as _resume
 
     return _said(_resume(experiment_dir, trainable=trainable, parameters=parameters,
                          num_cpus=num_cpus, cluster=cluster, keep_ray=keep_ray,
@@ -199,13 +199,13 @@ def with_parameters(trainable: Callable[..., Any], **objects: Any) -> WithParame
     Example:
         >>> hpo.run(spec, trainable=hpo.with_parameters(train, data=big_array))
     """
-    from hpo.driver.trainable import with_parameters as _bind
+    from hpo.driver.run.trainable import with_parameters as _bind
 
     return _bind(trainable, **objects)
 
 
 def shutdown() -> None:
     """End the embedded Ray that `run`/`resume` keep between runs (no-op if none)."""
-    from hpo.driver.ray_session import shutdown as _shutdown
+    from hpo.driver.backends.ray_session import shutdown as _shutdown
 
     _shutdown()

@@ -13,7 +13,7 @@ import hpo
 import hpo.errors
 from hpo.cli import resume as cli_resume
 from hpo.cli import run as cli_run
-from hpo.driver import runner
+from hpo.driver.run import runner
 
 ROOT = Path(__file__).resolve().parent.parent
 # the CLI's option names -> the facade's keywords (SPACE, --set go through hpo.load_spec)

@@ -502,7 +502,7 @@ def test_fractional_gpus_still_pack_one_process_trials(tmp_path: Path) -> None:
 ])
 def test_a_rank_or_trial_must_fit_on_one_node(section: dict, nodes: list[dict],
                                               refused: bool) -> None:
-    from hpo.driver.preflight import check_node_fits
+    from hpo.driver.run.preflight import check_node_fits
     from hpo.errors import ConfigError
     from hpo.spec import spec_from_dict
 

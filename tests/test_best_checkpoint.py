@@ -16,7 +16,7 @@ from stop_points import StopAt
 
 import hpo
 from hpo.driver.plugins.best_checkpoint import BestCheckpoint, offer, score_of
-from hpo.driver.translate import best_checkpoint_callbacks
+from hpo.driver.run.translate import best_checkpoint_callbacks
 from hpo.errors import ConfigError, ExperimentError
 from hpo.results import BEST_CHECKPOINT, BEST_RECORD, SWAPPED_OUT, kept_best
 from hpo.spec.load import spec_from_dict

@@ -21,7 +21,7 @@ import pytest
 import ray
 
 from hpo.cluster.node import descendants
-from hpo.driver.ray_session import embedded_ray
+from hpo.driver.backends.ray_session import embedded_ray
 from hpo.ray_adapters.fast_start import worker_stub
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="forks need Linux's pidfds")
@@ -143,7 +143,7 @@ def test_a_server_started_ahead_serves_the_next_embedded_ray(tmp_path: Path) -> 
 
 
 def test_what_was_started_ahead_and_not_taken_ends_with_the_process(tmp_path: Path) -> None:
-    """... and starting it imports no Ray: hpo.driver.ray_session imports Ray later,
+    """... and starting it imports no Ray: hpo.driver.backends.ray_session imports Ray later,
     local-only (listening on loopback; tests/test_loopback.py)."""
     code = ("import sys\n"
             "from hpo.driver import fork_server\n"
@@ -287,7 +287,7 @@ def test_the_server_answers_what_no_stub_sends_with_no_fork_and_keeps_no_descrip
     the server's other descriptors come and go with Ray's workers)."""
     import socket
 
-    from hpo.driver import ray_session
+    from hpo.driver.backends import ray_session
 
     args = ["default_worker.py", "--serialized-runtime-env-context=[]"]
     sent = tmp_path / "sent"
@@ -439,7 +439,7 @@ def _server_pid() -> int:
 
 def test_workers_start_with_the_torch_a_worker_imports_with_the_trainable(
         tmp_path: Path) -> None:
-    from hpo.driver.ray_session import preload_for
+    from hpo.driver.backends.ray_session import preload_for
     from trainables.images import train
 
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
@@ -464,7 +464,7 @@ def _function(source: str, module: str, **names: Any) -> Any:
 def test_a_kept_rays_next_trainable_without_torch_stops_the_forks(tmp_path: Path) -> None:
     """The server cannot unload torch: a later run (a notebook's kept Ray) whose trainable
     does not bring it gets workers Ray starts, which do not have it."""
-    from hpo.driver.ray_session import preload_for, starts_per_core
+    from hpo.driver.backends.ray_session import preload_for, starts_per_core
     from hpo.ray_adapters.fast_start.fork_server import STARTS_PER_CORE
     from trainables.images import train
 
@@ -486,7 +486,7 @@ def test_a_kept_rays_next_trainable_without_torch_stops_the_forks(tmp_path: Path
 def test_only_the_torch_that_comes_with_the_trainable_is_preloaded() -> None:
     import torch
 
-    from hpo.driver.trainable import WithParameters
+    from hpo.driver.run.trainable import WithParameters
     from hpo.ray_adapters.fast_start.fork_server import imported_with
     from trainables.images import train as images
 
@@ -502,7 +502,7 @@ def test_only_the_torch_that_comes_with_the_trainable_is_preloaded() -> None:
 
 def test_a_servers_output_goes_to_the_descriptor_it_is_given(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Slurm node's server writes to the node's own log (hpo.driver.node_start): a failed
+    """A Slurm node's server writes to the node's own log (hpo.driver.backends.node_start): a failed
     preload is read there, not in the node's private folder, which goes when the node stops."""
     from hpo.ray_adapters.fast_start import fork_server
 
@@ -543,7 +543,7 @@ def test_what_a_runs_server_wrote_reaches_the_runs_log_at_its_close(
 
 def test_an_embedded_runs_server_output_is_in_hpo_log(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpo.driver import ray_session
+    from hpo.driver.backends import ray_session
     from hpo.ray_adapters.fast_start import fork_server
 
     monkeypatch.setattr(fork_server, "HEAVY", ("hpo_no_such_module",))
@@ -643,7 +643,7 @@ def test_a_warm_raylet_is_served_only_where_it_runs_confined_alike() -> None:
     """A run's fork server gives its forks the run's CPUs, limits and cgroups: it serves a
     warm raylet's workers only where that raylet has the same (not one in another Slurm
     step, or on other CPUs), and not a raylet that is gone."""
-    from hpo.driver.warm_forks import confined_alike
+    from hpo.driver.backends.warm_forks import confined_alike
 
     with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
                           stdin=subprocess.PIPE) as other:
@@ -666,7 +666,7 @@ def test_a_warm_raylet_is_served_only_where_it_runs_confined_alike() -> None:
     ("0::/user.slice/user-1000.slice/session-4.scope\n", set()),  # a login's: confines nothing
 ])
 def test_the_slurm_step_is_read_from_a_processs_cgroups(cgroup: str, steps: set[str]) -> None:
-    from hpo.driver.warm_forks import slurm_steps
+    from hpo.driver.backends.warm_forks import slurm_steps
 
     assert slurm_steps(cgroup) == steps
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from hpo.driver.ray_session import embedded_ray
+from hpo.driver.backends.ray_session import embedded_ray
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="forks need Linux's pidfds")
 

@@ -31,8 +31,8 @@ FLOORS = {
 # Processes a module starts by another's name, up a floor: the batch scripts' and join jobs'
 # `hpo` commands, and a node's `ray start` with forked workers (a Slurm node's, a warm Ray's).
 LAUNCHED_UP = {("hpo.cluster.sbatch", "hpo"), ("hpo.cluster.join", "hpo"),
-               ("hpo.cluster.node", "hpo.driver.node_start"),
-               ("hpo.cluster.warm", "hpo.driver.warm_head")}
+               ("hpo.cluster.node", "hpo.driver.backends.node_start"),
+               ("hpo.cluster.warm", "hpo.driver.backends.warm_head")}
 
 
 def _module_name(path: Path) -> str:
@@ -107,7 +107,7 @@ def _upward(graph: dict[str, set[str]]) -> list[str]:
 def test_what_is_launched_by_name_runs_and_goes_up_only_where_known() -> None:
     modules = _modules()
     launched = {(name, target) for name, path in modules.items() for target in _launches(path)}
-    assert ("hpo.cluster.node", "hpo.driver.node_start") in launched  # the reading works
+    assert ("hpo.cluster.node", "hpo.driver.backends.node_start") in launched  # the reading works
     runnable = {name for name, path in modules.items() if f"{name}.__main__" in modules
                 or 'if __name__ == "__main__":' in path.read_text()}
     assert {target for _, target in launched} - runnable == set()
@@ -144,7 +144,7 @@ def test_no_import_cycle() -> None:
     assert cycles == [], " | ".join(" -> ".join(c) for c in cycles[:3])
 
 
-@pytest.mark.parametrize("edge", [("hpo.spec.model", "hpo.driver.runner"),
+@pytest.mark.parametrize("edge", [("hpo.spec.model", "hpo.driver.run.runner"),
                                   ("hpo.cluster.bootstrap", "hpo.cli")])
 def test_the_checks_catch_an_upward_import(edge: tuple[str, str]) -> None:
     """What the layout had before (the cluster side importing the driver, spec importing up)

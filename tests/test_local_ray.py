@@ -1,4 +1,4 @@
-"""The embedded Ray of `hpo run` (hpo/driver/ray_session.py): private to the run, and lean.
+"""The embedded Ray of `hpo run` (hpo/driver/backends/ray_session.py): private to the run, and lean.
 
 One real embedded Ray: the processes it runs are read from Ray's own node record and from
 /proc, its files and token are checked while it runs and after it has stopped.
@@ -15,7 +15,7 @@ from conftest import command_lines
 from ray._private import ray_constants
 from ray._private.parameter import RayParams
 
-from hpo.driver.ray_session import embedded_ray
+from hpo.driver.backends.ray_session import embedded_ray
 
 HELPERS_NOT_STARTED = (ray_constants.PROCESS_TYPE_MONITOR,
                        ray_constants.PROCESS_TYPE_LOG_MONITOR,

@@ -15,7 +15,7 @@ import ray.cloudpickle
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from hpo.driver.ray_session import embedded_ray
+from hpo.driver.backends.ray_session import embedded_ray
 from hpo.ray_adapters.tune_fit import no_stop_left_by_a_pause
 
 STEPS = 5

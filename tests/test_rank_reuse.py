@@ -133,7 +133,7 @@ def test_trials_stopped_by_tune_hand_their_ranks_on(tmp_path: Path, backend: str
 @pytest.fixture
 def local_ray(tmp_path: Path) -> Any:
     """An embedded Ray in this process, so the trial-process side runs here, outside Tune."""
-    from hpo.driver.ray_session import embedded_ray
+    from hpo.driver.backends.ray_session import embedded_ray
     from hpo.trial.ranks import pool
 
     with embedded_ray(tmp_path / "ray.log", num_cpus=2, keep=True):
@@ -143,7 +143,7 @@ def local_ray(tmp_path: Path) -> Any:
 
 def _trial_here(tmp_path: Path, workers: int = 2, **config: Any) -> list[int]:
     """One trial's ranks driven from this process as a trial process would; their pids."""
-    from hpo.driver.trainable import resolve
+    from hpo.driver.run.trainable import resolve
     from hpo.spec.model import Distributed
     from hpo.trial.ranks.trial import _run_ranks
 
@@ -239,7 +239,7 @@ def test_a_rank_noted_with_its_own_error_is_blamed_before_its_error_arrives(
 def test_rank_count_comes_from_the_trial_resources(tmp_path: Path) -> None:
     from ray import tune
 
-    from hpo.driver.trainable import resolve
+    from hpo.driver.run.trainable import resolve
     from hpo.spec.model import Distributed
     from hpo.trial.ranks.trial import distributed_trainable, rank_count
 

@@ -107,7 +107,7 @@ class _Guard:
 
 
 def _scheduler(batch: str = "fixed", guard: Any = None, max_workers: int = 4) -> Any:
-    from hpo.driver import translate
+    from hpo.driver.run import translate
     from hpo.spec.load import spec_from_dict
 
     spec = spec_from_dict({"name": "t", "trainable": "trainables.images:train",

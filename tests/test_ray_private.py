@@ -381,7 +381,7 @@ def test_a_registered_node_is_found_at_once_and_an_unknown_one_not(tmp_path: Pat
     import ray
     from ray._raylet import NodeID
 
-    from hpo.driver.ray_session import embedded_ray
+    from hpo.driver.backends.ray_session import embedded_ray
     from hpo.ray_adapters.fast_start.lean_head import registered
 
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
@@ -415,7 +415,7 @@ def test_the_embedded_node_looks_for_sockets_often_and_records_no_task_events(
     from ray._private import ray_constants
     from ray._raylet import Config
 
-    from hpo.driver.ray_session import embedded_ray
+    from hpo.driver.backends.ray_session import embedded_ray
     from hpo.ray_adapters.fast_start.lean_head import NODE_CONFIG
 
     def connect_config() -> tuple[int, int]:
@@ -443,7 +443,7 @@ def test_a_run_named_as_one_staged_this_second_waits_for_the_next(tmp_path: Path
     from ray.train.constants import _get_ray_train_session_dir
     from ray.tune.utils import date_str
 
-    from hpo.driver.ray_session import embedded_ray
+    from hpo.driver.backends.ray_session import embedded_ray
     from hpo.ray_adapters.tune_fit import staged_apart
 
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
@@ -460,7 +460,7 @@ def test_tunes_fit_reads_no_trials_results_back_within_the_block(tmp_path: Path)
     as before."""
     from ray import tune
 
-    from hpo.driver.ray_session import embedded_ray
+    from hpo.driver.backends.ray_session import embedded_ray
     from hpo.ray_adapters.tune_fit import no_result_frames
 
     def three(config: dict[str, Any]) -> None:
@@ -487,7 +487,7 @@ def test_tunes_registry_asks_the_gcs_once_per_entry_within_the_block(
     with what Tune itself answers, and registering again asks anew."""
     from ray.tune import registry
 
-    from hpo.driver.ray_session import embedded_ray
+    from hpo.driver.backends.ray_session import embedded_ray
     from hpo.ray_adapters.tune_fit import registry_read_once
 
     asked: list[bytes] = []

@@ -17,7 +17,7 @@ from ray.tune import Callback
 from ray.tune.execution.tune_controller import TuneController
 
 import hpo
-from hpo.driver.translate import result_batch_ends
+from hpo.driver.run.translate import result_batch_ends
 from hpo.spec.model import Spec
 from hpo.spec.schedulers import Asha
 from hpo.trial.batched import BATCH_S, BatchedResults, ends_batch

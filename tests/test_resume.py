@@ -162,7 +162,7 @@ def _last(trial_dir: str, key: str) -> int:
 def test_a_saved_data_parallel_spec_loads_again_for_resume() -> None:
     """hpo-spec.yaml of a distributed experiment once held the default `resources:`, which
     validation refuses beside `distributed:`: every requeue or `hpo resume` of one failed."""
-    from hpo.driver.runner import _portable
+    from hpo.driver.run.runner import _portable
     from hpo.spec.load import spec_from_dict
 
     spec = spec_from_dict({"name": "dp", "trainable": "trainables.images:train",

@@ -80,7 +80,7 @@ def test_private_run_dir_is_locked_private_and_removed(tmp_path: Path) -> None:
 def test_hpo_log_says_rays_advice_in_hpos_words() -> None:
     import logging
 
-    from hpo.driver.ray_log import InHposWords
+    from hpo.driver.backends.ray_log import InHposWords
 
     words = InHposWords()
 
@@ -105,7 +105,7 @@ def test_a_runs_log_takes_no_record_after_its_end(tmp_path: Path) -> None:
     takes none of the next run's records, and hpo's loggers pass theirs on as before."""
     import logging
 
-    from hpo.driver.ray_log import _RAY_LOGGERS, log_ray_to, stop_logging
+    from hpo.driver.backends.ray_log import _RAY_LOGGERS, log_ray_to, stop_logging
 
     before = {name: logging.getLogger(name).propagate for name in _RAY_LOGGERS}
     first = log_ray_to(tmp_path / "a.log")

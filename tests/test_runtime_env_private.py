@@ -18,7 +18,7 @@ import pytest
 import ray
 
 from hpo.cluster.node import descendants
-from hpo.driver.ray_session import embedded_ray
+from hpo.driver.backends.ray_session import embedded_ray
 from hpo.ray_adapters.fast_start import agent_gate
 from hpo.ray_adapters.fast_start.runtime_env import (
     AGENT_COMMAND,

@@ -183,7 +183,7 @@ def test_ray_spans_all_nodes_and_trials_run_on_several(slurm: SlurmTestCluster,
     assert len(frame) == 6 and set(frame["status"]) == {"TERMINATED"}, frame
     hosts = set(frame["hostname"])
     assert hosts <= {"node1", "node2", "node3"} and len(hosts) >= 2, hosts
-    # every trial's worker forked by its node's fork server (hpo.driver.node_start)
+    # every trial's worker forked by its node's fork server (hpo.driver.backends.node_start)
     assert list(frame["forked"]) == [True] * 6, frame[["hostname", "forked"]]
     node_logs = slurm.root / "work/results/span" / f"slurm-{job_id}"
     assert (node_logs / "ray-node3.log").exists()

@@ -21,9 +21,9 @@ from ray.tune.search import sample
 from ray.tune.search.basic_variant import BasicVariantGenerator
 from ray.tune.search.optuna import OptunaSearch
 
-from hpo.driver import translate
 from hpo.driver.plugins.rasda import RasdaScheduler
-from hpo.driver.translate import param_space
+from hpo.driver.run import translate
+from hpo.driver.run.translate import param_space
 from hpo.spec.distributions import KINDS, Distribution
 from hpo.spec.load import spec_from_dict
 from hpo.spec.schedulers import SCHEDULER_TYPES

@@ -20,7 +20,7 @@ import ray
 from ray.air.execution import FixedResourceManager, ResourceRequest
 from ray.air.execution._internal import RayActorManager
 
-from hpo.driver.ray_session import embedded_ray
+from hpo.driver.backends.ray_session import embedded_ray
 from hpo.ray_adapters.tune_actors import staggered_actor_starts, start_cap
 
 ACTORS = 5

@@ -22,10 +22,10 @@ import pytest
 import yaml
 from conftest import hpo_cli
 
+from hpo.driver.backends.ray_log import RunLog
 from hpo.driver.guards import storage_faults
 from hpo.driver.guards.storage_faults import Fault, StorageWatch, classify, storage_guard
 from hpo.driver.plugins.trial_logs import StorageReserve
-from hpo.driver.ray_log import RunLog
 from hpo.errors import StorageError
 from hpo.results import load_results
 

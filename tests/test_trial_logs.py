@@ -23,8 +23,8 @@ from ray.train._internal.storage import StorageContext
 from ray.tune.experiment import Trial
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
+from hpo.driver.backends.ray_session import embedded_ray
 from hpo.driver.plugins.trial_logs import CsvLogger, JsonLogger
-from hpo.driver.ray_session import embedded_ray
 from tests.report_helpers import tensorboard_events, tensorboard_scalars
 
 

@@ -70,8 +70,8 @@ def _options(debug: bool = typer.Option(False, "--debug", metavar=FLAG,
 @guarded
 def validate(space: Path, overrides: list[str] | None = SetOption) -> None:
     """Check SPACE.yaml (keys, values, the trainable's import) and print the plan."""
-    from hpo.driver.preflight import check_batch_keys
-    from hpo.driver.translate import user_trainable
+    from hpo.driver.run.preflight import check_batch_keys
+    from hpo.driver.run.translate import user_trainable
     from hpo.spec.load import load_spec
     from hpo.spec.plan import summarize
 
@@ -127,7 +127,7 @@ def _warm_or_forks_ahead(cpus: int | None) -> RayCluster | None:
 
         start_ahead()
     else:  # a warm Ray's stubs ask for this run's own server
-        from hpo.driver import warm_forks
+        from hpo.driver.backends import warm_forks
 
         warm_forks.start_ahead(cluster)
     return cluster

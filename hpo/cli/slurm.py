@@ -30,7 +30,7 @@ Name = typer.Option(None, help="Experiment folder name (default: the YAML's name
 def _settings(space: Path, overrides: list[str] | None, site: str | None,
               options: dict[str, Any], check_import: bool = True) -> tuple[Any, Any]:
     """The validated spec and its merged slurm settings; nothing is started."""
-    from hpo.driver.trainable import load_trainable
+    from hpo.driver.run.trainable import load_trainable
     from hpo.spec.load import load_spec
     from hpo.spec.slurm import merged_settings
 
@@ -262,7 +262,7 @@ def worker(experiment: Path) -> None:
 def run_job(space: Path, site: str | None = Site, storage: str | None = Storage,
             name: str | None = Name, overrides: list[str] | None = SetOption) -> None:
     """Inside an allocation (the sbatch script): start Ray on all nodes, run or resume."""
-    from hpo.driver.slurm import run_in_allocation
+    from hpo.driver.run.slurm import run_in_allocation
 
     spec, _ = _settings(space, overrides, site, {})
     finish(run_in_allocation(spec, storage=storage, name=name, source=str(space),

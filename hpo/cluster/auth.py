@@ -26,7 +26,7 @@ class RayCluster:
     fork_socket: str = ""
     raylet_pid: int = 0
     # Where a Slurm job's nodes look for the libraries their fork servers import for the
-    # study's trainable (its torch: hpo.driver.node_start); "": none.
+    # study's trainable (its torch: hpo.driver.backends.node_start); "": none.
     preload_file: str = ""
 
 

@@ -31,7 +31,7 @@ FOLDER_VAR = "HPO_LOCAL_RAY"
 HEAD_FILE = "head.json"
 _IP = "127.0.0.1"
 _STOP_GRACE_S = 10.0
-PID_LINE = "raylet pid "  # hpo.driver.warm_head's last line, where the workers are forked
+PID_LINE = "raylet pid "  # hpo.driver.backends.warm_head's last line, where the workers are forked
 
 
 def folder() -> Path:
@@ -82,7 +82,7 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
                 *([f"--num-gpus={gpus}"] if gpus is not None else [])]
     # {job}: each run's job (hpo.ray_adapters.fast_start.worker_stub)
     fork_socket = f"{private}/fork-{{job}}.sock"
-    args = [sys.executable, "-m", "hpo.driver.warm_head", fork_socket, *ray_args]
+    args = [sys.executable, "-m", "hpo.driver.backends.warm_head", fork_socket, *ray_args]
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
            "RAY_USAGE_STATS_ENABLED": "0",
            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray keeps 127.0.0.1 only when local-only
@@ -102,7 +102,8 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
 
 
 def _raylet_pid(said: str) -> int:
-    """The raylet's pid, from hpo.driver.warm_head's last line (0: not said, the workers are
+    """The raylet's pid, from hpo.driver.backends.warm_head's last line (0: not said, the workers
+    are
     not forked)."""
     lines = said.strip().splitlines()
     last = lines[-1] if lines else ""

@@ -1,5 +1,5 @@
 """The experiment spec: one YAML file -> a validated, immutable Spec. Nothing here imports Ray;
-the translation into Ray Tune's objects is hpo.driver.translate."""
+the translation into Ray Tune's objects is hpo.driver.run.translate."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A trial against the job that would run it (the merged `slurm:` settings), checked at render:
 one that could never start would wait in the queue, then start nothing. Render only: inside
-the job Ray's real nodes decide (hpo.driver.preflight), and the job's `hpo slurm run` does not
+the job Ray's real nodes decide (hpo.driver.run.preflight), and the job's `hpo slurm run` does not
 see render's options (`-N`, `--gpus-per-node`)."""
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ class Rasda(_Scheduler):
         """The rungs' iterations, as Ray's ASHA places them (one bracket: its _Bracket)."""
         count = _rung_count(self.max_t / self.grace_period, self.reduction_factor, 0)
         return [self.grace_period * self.reduction_factor ** k for k in range(count)]
-    # No build(): the scheduler needs the ranks and the walltime (hpo.driver.translate).
+    # No build(): the scheduler needs the ranks and the walltime (hpo.driver.run.translate).
 
 
 class HyperBand(_Scheduler):

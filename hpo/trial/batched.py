@@ -23,7 +23,7 @@ reported while training on gets its own step's time as `time_this_iter_s` (Tune 
 from when it asked for the row).
 
 Only where every decision is STOP or CONTINUE (FIFO, ASHA) does hpo turn the batches on
-(hpo.driver.translate.result_batches): a PAUSE in the middle of a batch would let Tune go on
+(hpo.driver.run.translate.result_batches): a PAUSE in the middle of a batch would let Tune go on
 with the rows after it.
 """
 

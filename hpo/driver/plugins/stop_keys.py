@@ -10,7 +10,7 @@ from typing import Any
 from ray.tune import Callback
 from ray.tune.utils import flatten_dict
 
-from hpo.driver.outcome import trials_own
+from hpo.driver.run.outcome import trials_own
 
 
 class StopKeyNotReported(Exception):

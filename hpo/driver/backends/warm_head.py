@@ -7,7 +7,7 @@ node: no dashboard process, a minimal dashboard agent niced. Where workers can b
 on the warm Ray starts one: its workers are forks, not fresh Pythons that import Ray and
 Tune again, about 2 CPU-s each), and its last line of output is the raylet's pid.
 
-    python -m hpo.driver.warm_head SOCKET [ray start's arguments]
+    python -m hpo.driver.backends.warm_head SOCKET [ray start's arguments]
 
 SOCKET: where the stubs look for a job's fork server, with {job} for the job's ID.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 
 from hpo.cluster.warm import PID_LINE
-from hpo.driver import node_start
+from hpo.driver.backends import node_start
 from hpo.ray_adapters.fast_start import fork_server, lean_head, runtime_env
 
 

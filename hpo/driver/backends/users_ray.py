@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hpo.cluster.auth import TUNE_OUTPUT_ENV, environ_overlay
-from hpo.driver.ray_log import log_ray_to, stop_logging
+from hpo.driver.backends.ray_log import log_ray_to, stop_logging
 
 
 @contextlib.contextmanager

@@ -13,8 +13,13 @@ from typing import Any
 import yaml
 
 from hpo.cluster.auth import RayCluster
-from hpo.driver import preflight, translate
-from hpo.driver.fit_errors import said_in_one_line
+from hpo.driver.backends.ray_session import (
+    check_connectable,
+    connected_ray,
+    embedded_ray,
+    preload_for,
+    starts_per_core,
+)
 from hpo.driver.guards import storage_faults
 from hpo.driver.guards.lease import experiment_lease
 from hpo.driver.guards.start_stop import (
@@ -26,15 +31,10 @@ from hpo.driver.guards.start_stop import (
 )
 from hpo.driver.guards.storage_faults import check_resumable, storage_guard
 from hpo.driver.guards.walltime import WalltimeGuard, active
-from hpo.driver.outcome import LOG_FILE, RunResult, outcome, resume_hint
-from hpo.driver.ray_session import (
-    check_connectable,
-    connected_ray,
-    embedded_ray,
-    preload_for,
-    starts_per_core,
-)
-from hpo.driver.trainable import python_name
+from hpo.driver.run import preflight, translate
+from hpo.driver.run.fit_errors import said_in_one_line
+from hpo.driver.run.outcome import LOG_FILE, RunResult, outcome, resume_hint
+from hpo.driver.run.trainable import python_name
 from hpo.errors import ConfigError, ExperimentError, LeaseError
 from hpo.ray_adapters import gate, tune_fit
 from hpo.ray_adapters.fast_start import runtime_env

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from hpo.driver.trainable import check_findable, resets_config
+from hpo.driver.run.trainable import check_findable, resets_config
 from hpo.errors import ConfigError
 from hpo.ray_adapters import gate
 from hpo.spec.growth import rank_counts

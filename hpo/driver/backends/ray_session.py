@@ -6,7 +6,7 @@ skips Ray's start-up); `shutdown()` ends it.
 Token auth is on with a per-run token in a 0600 file (so other users on a shared login node
 cannot attach), and nothing is written to ~/.ray (which would flip later `ray start`s of the
 same user into token mode). Ray's own log lines go to the experiment's log file
-(hpo.driver.ray_log). The embedded Ray starts without the three helper processes a
+(hpo.driver.backends.ray_log). The embedded Ray starts without the three helper processes a
 one-machine run never uses (see _lean_head). A run on a warm local Ray (hpo.cluster.warm)
 starts a fork server for its job on that Ray's node.
 """
@@ -24,9 +24,9 @@ from typing import Any
 from hpo.cluster.auth import RayCluster, environ_overlay, new_token, token_env
 from hpo.cluster.run_dir import private_run_dir
 from hpo.cluster.slurm_env import rocm_visible
-from hpo.driver import kept_ray, warm_forks
-from hpo.driver.ray_log import log_ray_to, stop_logging
-from hpo.driver.users_ray import users_ray
+from hpo.driver.backends import kept_ray, warm_forks
+from hpo.driver.backends.ray_log import log_ray_to, stop_logging
+from hpo.driver.backends.users_ray import users_ray
 from hpo.errors import ConfigError
 from hpo.ray_adapters import gate
 from hpo.ray_adapters.fast_start import fork_server, lean_head, runtime_env
@@ -101,7 +101,7 @@ def starts_per_core() -> int:
 
 
 # Where the nodes of the Slurm job whose Ray this process is connected to look for the
-# libraries to preload (hpo.driver.node_start), while connected (None otherwise).
+# libraries to preload (hpo.driver.backends.node_start), while connected (None otherwise).
 _nodes_preload: Path | None = None
 
 
@@ -180,7 +180,7 @@ def _run_dir_and_forks(stack: contextlib.ExitStack) -> tuple[Path, fork_server.F
 @contextlib.contextmanager
 def _job_forks(cluster: RayCluster) -> Iterator[None]:
     """On a warm local Ray (hpo.cluster.warm): this driver's job's fork server
-    (hpo.driver.warm_forks) while the block runs; none where the node has no stubs."""
+    (hpo.driver.backends.warm_forks) while the block runs; none where the node has no stubs."""
     if not cluster.fork_socket:
         yield
         return

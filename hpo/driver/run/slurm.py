@@ -20,8 +20,8 @@ from hpo.cluster.bootstrap import ray_cluster
 from hpo.cluster.join import publish, withdraw
 from hpo.cluster.slurm_env import Allocation
 from hpo.driver.guards.lease import experiment_lease
-from hpo.driver.outcome import RunResult
-from hpo.driver.runner import resume, run
+from hpo.driver.run.outcome import RunResult
+from hpo.driver.run.runner import resume, run
 from hpo.errors import RunError
 from hpo.results import SPEC_FILE
 from hpo.spec.model import Spec

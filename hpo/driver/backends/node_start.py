@@ -4,11 +4,11 @@ in this process inside hpo.ray_adapters.fast_start.lean_head.lean_head, as an em
 its
 node, with hpo's stub (hpo.ray_adapters.fast_start.worker_stub) as the raylet's worker command. A
 warm local
-Ray's head uses it (hpo.driver.warm_head), and so does each node of a Slurm job
+Ray's head uses it (hpo.driver.backends.warm_head), and so does each node of a Slurm job
 (hpo.cluster.node), where a fresh worker would import Ray, Tune and their libraries from the
 site's shared file system (about 2 CPU-s each here, and every worker of a node at once):
 
-    python -m hpo.driver.node_start PRIVATE_DIR PRELOAD_FILE [ray start's arguments]
+    python -m hpo.driver.backends.node_start PRIVATE_DIR PRELOAD_FILE [ray start's arguments]
 
 A Slurm node's fork server (its socket in PRIVATE_DIR, the job's private folder on the node;
 its output in the node's log) is started here, in the node's own srun step, so its forks

@@ -9,7 +9,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from hpo.driver.outcome import missing_metric
+from hpo.driver.run.outcome import missing_metric
 from hpo.errors import HpoError, RunError
 from hpo.spec.model import Spec
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.driver import preflight
 from hpo.driver.guards import walltime
-from hpo.driver.trainable import resets_config, resolve
+from hpo.driver.run import preflight
+from hpo.driver.run.trainable import resets_config, resolve
 from hpo.spec.distributions import Distribution
 from hpo.spec.model import Spec, is_class_trainable
 from hpo.spec.schedulers import Rasda

@@ -2,7 +2,7 @@
 own actor is starting (hpo.ray_adapters.tune_actors.cached_actors_to_waiting_trials). Tune's own
 choice stopped the starting actor, and the resources it freed started another for the next
 trial: where a worker starts more slowly than a trial runs, Tune kept starting processes and
-stopping them before their first trial (issue 36)."""
+stopping them before their first trial."""
 
 from __future__ import annotations
 

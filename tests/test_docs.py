@@ -117,3 +117,12 @@ def test_the_readme_tour_runs(tmp_path: Path) -> None:
     assert (tmp_path / "hpo-results/digits-asha/report.html").is_file()
     curves = (tmp_path / "curves.csv").read_text().splitlines()
     assert curves[0].startswith("trial_id,training_iteration") and len(curves) > 8
+
+
+def test_the_readme_shows_the_demo_yaml_as_it_is() -> None:
+    """The block README labels `search_spaces/digits-asha.yaml` is that file, byte for byte."""
+    name = "search_spaces/digits-asha.yaml"
+    shown = re.search(rf"\(`{re.escape(name)}`\):\n\n```yaml\n(.*?)^```",
+                      (ROOT / "README.md").read_text(), re.S | re.M)
+    assert shown, f"README no longer shows {name} after a line naming it"
+    assert shown.group(1) == (ROOT / name).read_text(), f"copy {name} into README.md again"

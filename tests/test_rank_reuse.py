@@ -1,4 +1,4 @@
-"""Warm ranks (issue 16.2): a data-parallel trial after the first of its shape reuses the rank
+"""Warm ranks: a data-parallel trial after the first of its shape reuses the rank
 processes of the one before, on real Horovod (Gloo) and real torch DDP inside real Ray Tune;
 nothing of one trial reaches the next; failed groups and other shapes get new ranks."""
 

@@ -1,4 +1,4 @@
-"""The embedded Ray's runtime-env agent off the way to the first trial (issue 36): Tune's
+"""The embedded Ray's runtime-env agent off the way to the first trial: Tune's
 trial actors carry no runtime env where every worker inherits its env_vars, the raylet is told
 the agent's port ahead, and the agent starts once asked, at the driver's priority
 (hpo.ray_adapters.fast_start.runtime_env, hpo.ray_adapters.fast_start.agent_gate)."""

@@ -174,8 +174,8 @@ def _seeded_asha(seed: int | None) -> Any:
 
 
 def test_a_seeded_schedulers_draws_repeat_whatever_else_draws() -> None:
-    """The flake of 2026-11-25: ASHA drew its brackets from numpy's global RNG, so anything
-    else in the driver that drew from it during a run changed the seeded run's brackets."""
+    """ASHA must not draw its brackets from numpy's global RNG: anything else in the driver
+    that drew from it during a run would change the seeded run's brackets."""
     import random
 
     import numpy as np

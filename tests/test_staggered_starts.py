@@ -1,7 +1,7 @@
 """Trial actors start at most `cap` at a time
 (hpo.ray_adapters.tune_actors.staggered_actor_starts): Tune asks for every slot's actor at
 once, and each worker's start (1-2 CPU-s of imports) then shares the node's cores with all the
-others, so that no trial ran before all were up (issue 36).
+others, so that no trial ran before all were up.
 
 Real Ray, and Ray's own actor manager as Tune drives it: each actor notes when its __init__
 begins and ends (a slow start), and the order of those notes says how many started at once.

@@ -52,13 +52,60 @@ def _mentions(path: Path) -> list[str]:
     return found
 
 
+def _ray_names(tree: ast.AST) -> set[str]:
+    """The names a module binds to Ray's modules and objects (`import ray.x`, `from ray...`)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names
+                      if a.name.split(".")[0] == "ray"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ray":
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def _base(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _patches(path: Path) -> list[str]:
+    """Each change this module makes to Ray's objects: an attribute of Ray's assigned,
+    setattr/replaced on one of Ray's, or Ray's source read (`inspect.getsource`)."""
+    tree = ast.parse(path.read_text())
+    ray_names = _ray_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AugAssign) else []
+        found += [f"line {node.lineno}: assigns {ast.unparse(target)}" for target in targets
+                  if isinstance(target, ast.Attribute) and _base(target) in ray_names]
+        if isinstance(node, ast.Call) and node.args and _base(node.args[0]) in ray_names \
+                and ast.unparse(node.func) in ("setattr", "replaced", "inspect.getsource"):
+            found.append(f"line {node.lineno}: {ast.unparse(node.func)}"
+                         f"({ast.unparse(node.args[0])}, ...)")
+    return sorted(found, key=lambda said: int(said.split()[1].rstrip(":")))
+
+
 def test_only_the_adapters_reach_into_ray_privates() -> None:
     adapters = set((PACKAGE / "ray_adapters").rglob("*.py"))
     assert len(ADAPTERS) >= 13
     reaches = {str(path.relative_to(PACKAGE.parent)): found
                for path in sorted(PACKAGE.rglob("*.py")) if path not in adapters
-               if (found := _mentions(path))}
+               if (found := _mentions(path) + _patches(path))}
     assert reaches == {}
+
+
+def test_the_check_catches_a_patch(tmp_path: Path) -> None:
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text("import inspect\nimport ray.actor\nfrom ray.tune import Trainable as T\n"
+                      "ray.actor.ActorClassID = int\nsetattr(T, 'train', None)\n"
+                      "with replaced(T, 'step', wrap):\n    pass\n"
+                      "text = inspect.getsource(T.train)\nmine = object()\nmine.x = 1\n")
+    assert _patches(sneaky) == [
+        "line 4: assigns ray.actor.ActorClassID", "line 5: setattr(T, ...)",
+        "line 6: replaced(T, ...)", "line 8: inspect.getsource(T.train, ...)"]
 
 
 def test_the_check_catches_a_reach(tmp_path: Path) -> None:

@@ -326,7 +326,10 @@ def test_energy_of_each_trials_own_whole_gpu(tmp_path: Path, fake_pynvml: Path) 
         for row in rows:
             _check_hours(row, cpus=1, gpus=1, seconds=row["elapsed"])
             watts = (int(row["gpu_ids"]) + 1) * 100  # the fake's draw of that device
-            assert row["energy_j"] == pytest.approx(watts * row["gpu_hours"] * 3600, rel=0.02)
+            # the meter and the clock are read one after the other: on a busy machine a
+            # scheduling gap lies between them (0.03 s seen), never a device's whole draw
+            assert row["energy_j"] == pytest.approx(watts * row["gpu_hours"] * 3600,
+                                                    rel=0.02, abs=watts * 0.1)
             # read at the start and at each report only: never in between
             assert row["nvml_reads"] == row["training_iteration"] + 1
 

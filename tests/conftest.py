@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tier_markers import _ray_marker_kept, check_cli_marked, pytest_collection_modifyitems
 
 ROOT = Path(__file__).resolve().parent.parent
+__all__ = ["_ray_marker_kept", "pytest_collection_modifyitems"]  # the tiers' markers
 # A warm Ray a developer keeps up (`hpo local up`) is not the tests' to use: they get none
 # unless they start their own (tests/test_warm_ray.py).
 os.environ["HPO_LOCAL_RAY"] = str(Path(os.environ.get("TMPDIR", "/tmp")) /
@@ -19,6 +21,7 @@ os.environ["HPO_LOCAL_RAY"] = str(Path(os.environ.get("TMPDIR", "/tmp")) /
 
 def hpo_cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run `python -m hpo ARGS` to completion and return it (text mode, both streams)."""
+    check_cli_marked(args)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run([sys.executable, "-m", "hpo", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -78,6 +81,7 @@ def cli_invoke(args: list[str], env: dict[str, str] | None = None) -> tuple[int,
 
     from hpo.cli import app
 
+    check_cli_marked(tuple(args))
     result = CliRunner().invoke(app, args, env=env)
     assert result.exception is None or isinstance(result.exception, SystemExit), (
         f"CLI crashed: {result.exception!r}")

@@ -219,8 +219,8 @@ def load_results(exp_dir: str | Path) -> pd.DataFrame:
 
 def loading(exp_dir: str | Path) -> Future[pd.DataFrame]:
     """load_results, in a thread of its own from now on: a run's end reads its results while
-    Ray stops and the run's temp folder is removed (each about 0.4 s at 640 trials on 2 cores,
-    issue 36). Call it once the experiment folder holds its last snapshot."""
+    Ray stops and the run's temp folder is removed (each about 0.4 s at 640 trials on 2 cores).
+    Call it once the experiment folder holds its last snapshot."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="hpo-results")
     try:
         return pool.submit(load_results, exp_dir)

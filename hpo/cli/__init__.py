@@ -242,7 +242,7 @@ app.add_typer(local_app, name="local")
 
 def main() -> None:
     """The `hpo` command. A run or resume ends without the interpreter's teardown (about 1 s
-    with Ray, Tune, torch and pandas loaded: time the allocation pays, issue 36); by then Ray
+    with Ray, Tune, torch and pandas loaded: time the allocation pays); by then Ray
     has stopped and the folder is written, and the exit handlers (hpo.log, TensorBoard) run."""
     try:
         app()

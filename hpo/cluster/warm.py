@@ -1,7 +1,7 @@
 """A warm local Ray that `hpo run` and `hpo resume` on this machine use instead of starting one.
 
 Starting Ray is most of what a run waits for before its first trial (3-8 s on a laptop or an
-interactive node, more with many CPUs; issue 36). `hpo local up` starts a head once and leaves
+interactive node, more with many CPUs). `hpo local up` starts a head once and leaves
 it running, `hpo local down` stops it. It is private to its user as a Slurm job's is: its
 folder (~/.hpo/local, or $HPO_LOCAL_RAY) is 0700 and holds a fresh token (Ray's token auth);
 Ray's temp dir is inside a fresh 0700 folder under $TMPDIR or /tmp (hpo.cluster.temp_dir;

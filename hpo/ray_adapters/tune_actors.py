@@ -1,5 +1,5 @@
 """How Tune's fit starts trial actors and gives kept ones to new trials, as hpo changes it for
-a run's speed (issue 36): every reach into Ray's private parts for it, in one place, as read
+a run's speed: every reach into Ray's private parts for it, in one place, as read
 from Ray 2.60.0.
 
 Ray names none of these public; tests/test_ray_private.py checks each against the installed
@@ -112,8 +112,8 @@ def cached_actors_to_waiting_trials() -> Iterator[None]:
     Tune gave it to the trial it chose, stopping that trial's starting actor. The resources
     so freed started an actor for the next trial, which the next kept actor took over in turn:
     where a worker takes longer to start than a trial to run (short trials, or a busy node),
-    Tune went on starting processes and stopping them before their first trial (issue 36: 68
-    worker processes for 32 slots, most of the CPU of a run of 2 s trials).
+    Tune went on starting processes and stopping them before their first trial (68 worker
+    processes for 32 slots, most of the CPU of a run of 2 s trials).
 
     A paused trial resuming (as after PBT's exploit) takes the kept actor as in Tune: it
     resets to the trial's config instead of a new setup, which PBT's reuse is for (with

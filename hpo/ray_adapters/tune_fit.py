@@ -1,4 +1,4 @@
-"""What hpo changes in Tune's fit for a run's speed (issue 36), and one fix of Tune's synch
+"""What hpo changes in Tune's fit for a run's speed, and one fix of Tune's synch
 PBT: every reach into Ray's private parts for them, in one place, as read from Ray 2.60.0
 (how trial actors start and are reused: hpo.ray_adapters.tune_actors).
 
@@ -58,7 +58,7 @@ def registry_read_once() -> Iterator[None]:
     block already, until that entry is registered or unregistered again. Tune looks the
     trainable up by name about three times for each trial it adds and starts, each look a
     blocking round trip to the GCS (and .get unpickles the class again): 1,042 looks for
-    320 trials (issue 36). Unpickled again, a class is the one cloudpickle made the first
+    320 trials. Unpickled again, a class is the one cloudpickle made the first
     time (it tracks them), so the trainable found is the same; a value pickled by value (a
     function) is now one object for the block instead of a copy per look. Only the driver's
     fit thread looks, and only with Ray up (else Tune reads its own unsent entries)."""
@@ -98,7 +98,7 @@ def no_result_frames() -> Iterator[None]:
     """While the block runs, the analysis Tune's fit ends with reads no trial's results.
     It loads each trial's result.json into a DataFrame for the ResultGrid that fit returns,
     which hpo drops (it reads the folder itself, hpo.results): 1.1 s of the driver's end
-    with 640 trials of 20 results on 2 cores (issue 36). The grid's results then have no
+    with 640 trials of 20 results on 2 cores. The grid's results then have no
     metrics_dataframe."""
     from ray.tune.analysis.experiment_analysis import ExperimentAnalysis
 

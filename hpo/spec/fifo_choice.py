@@ -4,7 +4,7 @@ Ray's FIFOScheduler.choose_trial_to_run (ASHA's and the median rule's too) scans
 from the first, for a pending one and then for a paused one, at each step of Tune's loop.
 Trials are added in order and end roughly in order, so in a study of thousands the scan
 mostly passes trials that have ended, and the choice costs more with every trial before it
-(issue 36: 14% of the driver's loop at 2,400 trials). Here the scan starts after the leading
+(14% of the driver's loop at 2,400 trials). Here the scan starts after the leading
 run of ended trials (TERMINATED or ERROR: within one run neither starts again) and chooses
 the same trial as Ray's. The count is not pickled: a resumed run can requeue ended trials,
 so it starts again from the first.

@@ -8,7 +8,10 @@ MEANINGS: dict[str, str] = {
     "name": "The experiment's folder: `<storage>/<name>`; also the default MLflow experiment "
             "and W&B project.",
     "trainable": "What each trial runs: `package.module:function`, `path/to/file.py:function` "
-                 "or a Ray Tune Trainable class by the same forms.",
+                 "(the path relative to the current folder, where `hpo` or the Python process "
+                 "runs, not to the YAML file, unless it is absolute; a module is imported with "
+                 "the current folder first on Python's path) or a Ray Tune Trainable class by "
+                 "the same forms.",
     "metric": "The reported metric that ranks trials (a key of the dict passed to "
               "`hpo.report`).",
     "mode": "Whether a higher (`max`) or lower (`min`) metric is better; one per metric.",

@@ -1,7 +1,7 @@
 """A fast-reporting trial's results reach the driver in batches, one Ray call for many rows.
 
 Each result otherwise costs the driver one Ray actor call and its round trip (about half of the
-driver's time per result, issue 36's profile). Tune has a buffered path: with
+driver's time per result, in a profile of the driver). Tune has a buffered path: with
 TUNE_RESULT_BUFFER_LENGTH > 1 it calls the trial's `train_buffered` and processes the rows it
 gets in order, each through the stopper, scheduler, searcher and loggers as if it came alone;
 a STOP ends the batch and drops the rows after it. Ray 2.60 calls it with its two arguments
@@ -14,8 +14,8 @@ swapped (tune_controller.py `_schedule_trial_train`), so every batch held one ro
     any other row is only a STOP by a metric-based criterion, and the rows the trial reported
     past it are dropped: the history on disk ends at the STOP, as without batching.
 A batch that ends by time or size lets the trial train on at once, as the rows inside a batch
-do: its next report no longer waits for the driver's round trip (Tune, and so hpo before,
-held the training thread at every report until the driver asked for the next row). Only a
+do: its next report does not wait for the driver's round trip (Tune holds the
+training thread at every report until the driver asks for the next row). Only a
 batch-ending row holds it until the driver has decided on it. Not where a `stop` on a metric
 may land on any row (`trains_on` False): a trial stopped mid-step would keep its actor busy
 past Tune's 2 s reset, and the next trial given that actor would fail. The row a trial

@@ -3,8 +3,8 @@ whole, and the snapshot last.
 
 Tune writes the experiment snapshot and every trial's result files in the driver's staging
 folder, and copies that whole folder into the experiment folder at each snapshot: with
-thousands of trials, tens of thousands of files each time, most of them trials long ended
-(issue 36). Here a file is copied again only when it changed since this run last copied it
+thousands of trials, tens of thousands of files each time, most of them trials long ended.
+Here a file is copied again only when it changed since this run last copied it
 (its size or mtime differ from what they were when that copy began: a file written during a
 copy is copied again next time), or when the folder's copy is missing or not as long as it;
 the few state files at the top (the snapshot, the searcher's and callbacks' states, rewritten

@@ -164,7 +164,7 @@ def copy_ended_trial(staging: str, fs: Any, fs_path: str) -> None:
     """Copy an ended trial's folder (its driver staging folder) into the experiment folder
     now, in the running fit's copy thread, where the folder's snapshot names the trial: at a
     run's end, the last snapshot's copy held the files of every trial that had ended since
-    the one before (1.0-1.2 s at 640 trials on 2 cores, issue 36). Where Tune's own copy runs
+    the one before (1.0-1.2 s at 640 trials on 2 cores). Where Tune's own copy runs
     (not a local folder), nothing."""
     dropped = _current
     if dropped is not None and local(fs):

@@ -4,7 +4,7 @@ Tune copies the driver's staging folder (every trial's logs: result.json, progre
 events) into the experiment folder with each experiment snapshot, and those come 10 s or
 more apart (hpo.driver.guards.snapshot_deletes). At a run's end, the last snapshot then copied
 the files of every trial that had ended since the one before, while the allocation waited:
-1.0-1.2 s of a 640-trial run's end on 2 cores (issue 36). Here the folder of a trial that the
+1.0-1.2 s of a 640-trial run's end on 2 cores. Here the folder of a trial that the
 experiment folder's snapshot names already is copied as the trial ends, in a copy thread of
 its own, so the snapshot's copy finds it copied (a trial begun since waits for that copy:
 copied early, its folder would be one that no snapshot names, beside its rerun after a kill).

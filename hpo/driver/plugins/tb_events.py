@@ -4,7 +4,7 @@ tensorboardX hands every event to a writer thread through a multiprocessing.Queu
 scalar is pickled, sent through a pipe and unpickled again, all inside the driver process, and
 `add_scalar` blocks whenever the thread falls 10 events behind. With Ray's logger writing every
 numeric field of every result, that was most of the driver's time per result once results came
-in batches (issue 36's profile). Here the same events go to tensorboardX's own EventsWriter at
+in batches (a profile of the driver). Here the same events go to tensorboardX's own EventsWriter at
 once: 20 us a scalar instead of 84 (benchmarked on this box).
 
 Ray's logger adds each numeric field of a result as its own event; here a result's plain

@@ -71,7 +71,7 @@ class _KeepsDriverCopy(_NotesStorageFaults):
 
 class _RowInOneCall:
     """Ray's result.json row, encoded by json.dumps (in C) instead of json.dump (in Python,
-    piece by piece): the same line, 11 us instead of 34-53 us here (issue 36)."""
+    piece by piece): the same line, 11 us instead of 34-53 us here."""
 
     def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
         if trial not in self._trial_files:  # type: ignore[attr-defined]

@@ -82,7 +82,7 @@ def _ray_and_trainable(spec: Spec, source: str, exp_dir: Path, num_cpus: int | N
                        keep_ray: bool = False) -> Iterator[Any]:
     """Ray, and the trainable imported in a thread meanwhile: importing torch (about 2 s)
     overlaps `ray.init` (about 3 s, mostly waiting for Ray's processes), as do Tune and
-    tensorboardX (about 1.5 s, issue 36). `parameters` go into
+    tensorboardX (about 1.5 s). `parameters` go into
     Ray's object store once, for the whole run."""
     with ThreadPoolExecutor(1, thread_name_prefix="hpo-import") as pool:
         importing = pool.submit(translate.user_trainable, spec, source, parameters)

@@ -13,12 +13,12 @@ for agent_register_timeout_ms (30 s) from the first ask: so the first runtime en
 installed Ray). Where it cannot listen, it becomes the agent at once; it ends where the raylet
 has ended.
 
-Why not start the agent at once at nice 19, as hpo did: a niced agent starves behind any busy
-process on the node, and the raylet gives an agent that has not answered 30 s after it was
-first asked up, and exits, ending the run. Why not at once at nice 0: its Python imports Ray,
-0.7 CPU-s on the way to the first trial (util32's start 0.35 s later), or later in the run
-(util32's utilisation 0.01 lower at 10 s; docs/benchmarks.md), for an agent a run whose
-trials inherit Tune's variables never asks anything.
+An agent started at once at nice 19 starves behind any busy process on the node, and the
+raylet gives up on an agent that has not answered 30 s after it was first asked, and exits,
+ending the run. An agent started at once at nice 0 imports Ray: 0.7 CPU-s taken on the way
+to the first trial (util32's first trial starts 0.35 s later) or later in the run (util32's
+utilisation 0.01 lower at 10 s; util32 is described in docs/design-decisions.md), for an
+agent that a run whose trials inherit Tune's variables never asks anything.
 
 It imports only the interpreter's own C modules, as hpo.ray_adapters.fast_start.worker_stub does.
 """

@@ -1,4 +1,4 @@
-"""The embedded Ray's minimal dashboard agent kept off the way to the first trial (issue 36):
+"""The embedded Ray's minimal dashboard agent kept off the way to the first trial:
 every reach into Ray's private parts for it, in one place, as read from Ray 2.60.0.
 
 hpo installs Ray without its dashboard's packages, so the raylet starts its dashboard agent

@@ -1,4 +1,4 @@
-"""The embedded Ray's runtime-env agent kept off the way to the first trial (issue 36): every
+"""The embedded Ray's runtime-env agent kept off the way to the first trial: every
 reach into Ray's private parts for it, in one place, as read from Ray 2.60.0.
 
 Tune declares each trial actor with `runtime_env={"env_vars": ...}` (its default

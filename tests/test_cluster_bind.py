@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_testcluster import SlurmTestCluster
+from testing.slurm_cluster import SlurmTestCluster
 from test_loopback import is_loopback
 from test_slurm_cluster import _finished, _space, _submit, outputs, slurm  # noqa: F401
 

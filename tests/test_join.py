@@ -1,7 +1,7 @@
 """`hpo slurm join`: more Slurm jobs join a running study (hpo.cluster.join).
 
 The refusals run without Slurm; the study itself runs on the real test cluster
-(tests/slurm_testcluster.py): a head job on one whole node, a job that joins and is cancelled
+(testing/slurm_cluster.py): a head job on one whole node, a job that joins and is cancelled
 while its trials run, and a job that joins and leaves by itself when the head's job ends.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, cli_invoke
-from slurm_testcluster import SlurmTestCluster
+from testing.slurm_cluster import SlurmTestCluster
 from test_slurm_cluster import (
     VENV,
     _assert_exact_histories,

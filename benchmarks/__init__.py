@@ -462,7 +462,7 @@ def worktree(commit: str, where: Path) -> Iterator[Path]:
 
 def hpo_run_walls(checkout: Path, spec: Path, storage: Path, name: str,
                   timeout_s: float) -> tuple[Timed, list[float]]:
-    """`python -m hpo run` from `checkout` (its own hpo package comes first on sys.path) on
+    """`python -m hpo run` from `checkout` (its own hpo package is imported first) on
     2 CPUs; the run's timing and every result row's `wall` (the trainable's clock)."""
     cmd = [sys.executable, "-m", "hpo", "run", str(spec), "--storage", str(storage),
            "--name", name, "--cpus", "2"]

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, cli_invoke
-from testing.slurm_cluster import SlurmTestCluster
 from test_slurm_cluster import (
     VENV,
     _assert_exact_histories,
@@ -39,6 +38,7 @@ from hpo.cluster.node import STOP_FILE, TOKEN_FILE
 from hpo.driver.guards.node_loss import NODE_DIED, SIGTERMED, lost_with_its_node
 from hpo.results import load_results
 from hpo.spec.slurm import SlurmSettings
+from testing.slurm_cluster import SlurmTestCluster
 
 __all__ = ["outputs", "slurm"]  # the fixtures, shared with test_slurm_cluster
 

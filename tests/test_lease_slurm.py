@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from testing.slurm_cluster import SlurmTestCluster
 from test_slurm_cluster import _job, _output, _space, _submit, _wait_job, outputs, slurm
 
 from hpo.results import load_results
+from testing.slurm_cluster import SlurmTestCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 __all__ = ["outputs", "slurm"]  # the fixtures, shared with test_slurm_cluster

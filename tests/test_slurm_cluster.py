@@ -24,10 +24,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import ROOT, trial_rows
-from testing.slurm_cluster import SlurmTestCluster, Unavailable
 
 from hpo.errors import ExperimentError
 from hpo.results import load_results
+from testing.slurm_cluster import SlurmTestCluster, Unavailable
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import ROOT
-from testing.slurm_cluster import SlurmTestCluster, Unavailable
 from test_slurm_cluster import _wait_job
 
 from hpo.results import load_results
+from testing.slurm_cluster import SlurmTestCluster, Unavailable
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

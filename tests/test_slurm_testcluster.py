@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from testing.slurm_cluster import SITE_PYTHON, SlurmTestCluster
 from test_slurm_cluster import slurm
+
+from testing.slurm_cluster import SITE_PYTHON, SlurmTestCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 __all__ = ["slurm"]  # the fixture, shared with test_slurm_cluster

@@ -17,7 +17,6 @@ import time
 
 import pytest
 from conftest import ROOT, trial_rows
-from testing.slurm_cluster import SlurmTestCluster
 from test_slurm_cluster import (
     DP_TRAINABLES,
     _finished,
@@ -30,6 +29,7 @@ from test_slurm_cluster import (
 )
 
 from hpo.results import load_results
+from testing.slurm_cluster import SlurmTestCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 __all__ = ["outputs", "slurm"]  # the fixtures, shared with test_slurm_cluster

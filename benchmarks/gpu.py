@@ -1,16 +1,16 @@
 """The GPU path end to end, in one command that installs nothing (for a GPU node with no
 network: install from a wheelhouse first, see docs/install.md):
 
-    python benchmarks/gpu.py --markdown docs/benchmarks.md    # on a GPU node, under 8 min
-    python benchmarks/gpu.py --cpu-check                      # the same steps on the CPU
+    python -m benchmarks gpu --markdown docs/benchmarks.md    # on a GPU node, under 8 min
+    python -m benchmarks gpu --cpu-check                      # the same steps on the CPU
 
 Steps, each a row of the table: the install (torch's NCCL against Horovod's, `hpo doctor`'s
 GPU judgements), a 1-GPU trial, four trials packed on one GPU (gpus_per_trial: 0.25) against
 one alone, a 1-rank Horovod/NCCL trial and a 1-rank DDP/NCCL trial, and hpo's per-epoch time
-against the same trainable standalone (benchmarks/trial_vs_standalone.py, when present).
-Then a 10 s trial's `hpo run` wall over its own compute, warm ranks (benchmarks/rank_reuse.py:
-one more 1-rank DDP trial on the GPU with and without reuse), and the adaptive batch against a
-fixed small one (benchmarks/adaptive_batch.py), each capped in time. A step that fails is a
+against the same trainable standalone (the trial-vs-standalone benchmark). Then a 10 s
+trial's `hpo run` wall over its own compute, warm ranks (rank-reuse: one more 1-rank DDP trial
+on the GPU with and without reuse), and the adaptive batch against a fixed small one
+(adaptive-batch), each capped in time. A step that fails is a
 row that says so; the others still run. One GPU cannot show data-parallel efficiency over
 1..N GPUs: that row says so. `--cpu-check` runs every step that needs no GPU on the CPU (GPU
 sizes, no GPU resources), so the harness itself is tested on machines without one; its
@@ -34,17 +34,15 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from benchmarks._common import (  # noqa: E402
+from benchmarks import (
+    ROOT,
     hpo_run_command,
     log,
     md_table,
+    publish,
+    result_rows,
     run_timed,
     text_table,
-    versions,
-    write_section,
 )
 
 # trainables.images as measured on the H100 in ../shared/notes/gpu-node.md: 32x32, width 32,
@@ -71,9 +69,7 @@ def _run(tmp: Path, name: str, spec: dict[str, Any], cpus: int) -> tuple[list[li
     if timed.returncode:
         tail = (timed.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RuntimeError(f"hpo run {name} failed (rc {timed.returncode}): {tail}")
-    trials = [[json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-              for f in sorted((tmp / "runs" / name).glob("*/result.json"))]
-    return trials, timed.wall_s
+    return result_rows(tmp / "runs" / name), timed.wall_s
 
 
 def _epoch_s(results: list[dict]) -> float:
@@ -153,12 +149,12 @@ def _horovod_nccl() -> bool:
 
 def _script_step(name: str, command: list[str], timeout_s: float,
                  finding: str = "") -> Step:
-    """A benchmark script as one step: the output line that starts with `finding` (else its
-    last line) is the finding."""
+    """Another benchmark (`python -m benchmarks ...`) as one step: the output line that starts
+    with `finding` (else its last line) is the finding."""
     started = time.monotonic()
     try:
-        done = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True,
-                              text=True, timeout=timeout_s, check=False)
+        done = subprocess.run([sys.executable, "-m", "benchmarks", *command], cwd=ROOT,
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         return Step(name, f"timed out after {timeout_s:.0f} s", timeout_s, False)
     lines = (done.stdout + done.stderr).strip().splitlines() or ["(no output)"]
@@ -173,7 +169,7 @@ def _device(args: argparse.Namespace) -> list[str]:
 
 
 def step_standalone(args: argparse.Namespace) -> Step:
-    return _script_step("hpo per-epoch / standalone", ["benchmarks/trial_vs_standalone.py",
+    return _script_step("hpo per-epoch / standalone", ["trial-vs-standalone",
                         *_device(args), *args.standalone_args], 400)
 
 
@@ -193,12 +189,12 @@ def step_warm_ranks(args: argparse.Namespace) -> Step:
     # --cpu-check: DDP alone (tests/test_rank_reuse.py covers Horovod's warm ranks), 3 trials
     smaller = ["--backends", "ddp", "--trials", "3"] if args.cpu_check else ["--trials", "4"]
     return _script_step("warm rank: one more DDP trial (new, warm s)", [
-        "benchmarks/rank_reuse.py", *_device(args), *smaller, "--repeats", "1"], 240,
+        "rank-reuse", *_device(args), *smaller, "--rounds", "1"], 240,
         finding="ddp ")
 
 
 def step_adaptive(args: argparse.Namespace) -> Step:
-    return _script_step("adaptive batch vs fixed 64", ["benchmarks/adaptive_batch.py",
+    return _script_step("adaptive batch vs fixed 64", ["adaptive-batch",
                         *_device(args), "--quiet-timeout", "5"], args.adaptive_timeout)
 
 
@@ -253,34 +249,28 @@ def device_name(cpu_check: bool) -> str:
     return f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
 
 
-def report(args: argparse.Namespace, steps: list[Step], took_s: float, final: bool) -> str:
+def report(args: argparse.Namespace, steps: list[Step], final: bool) -> str:
     header = ["step", "finding", "wall", "ok"]
     rows = [[s.name, s.finding, f"{s.seconds:.1f} s" if s.seconds else "-",
              "skipped" if s.ok is None else "yes" if s.ok else "NO"] for s in steps]
     if final:
         print(text_table(header, rows))
     partial = "" if final else " Partial: the rows measured before the run ended."
-    command = "python benchmarks/gpu.py " + " ".join(sys.argv[1:])
     return "\n".join([
-        "## The GPU path end to end", "",
-        f"Command: `{command}` (run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"took {took_s / 60:.1f} min). Device: {device_name(args.cpu_check)}; {versions()}."
-        f"{partial}", "",
+        f"Device: {device_name(args.cpu_check)}.{partial}", "",
         "`trainables.images` at 32x32, width 32, 16384 images, global batch 256, 6 epochs; "
         "per-epoch times are medians without the first epoch.", "", md_table(header, rows)])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def gpu_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-check", action="store_true",
                         help="run the steps on the CPU (tests the harness; no GPU figures)")
     parser.add_argument("--cpus", type=int, default=None, help="CPUs of the embedded Ray")
     parser.add_argument("--cpus-per-trial", type=int, default=None,
                         help="CPUs of each trial or rank (default 2; 1 with --cpu-check)")
     parser.add_argument("--standalone-args", type=shlex.split, default=[],
-                        help='extra arguments for benchmarks/trial_vs_standalone.py, one string: '
+                        help='extra arguments for the trial-vs-standalone step, one string: '
                              '--standalone-args="--rounds 2"')
-    parser.add_argument("--markdown", type=Path, help="rewrite the gpu section of this file")
     parser.add_argument("--skip", nargs="*", default=[],
                         choices=["standalone", "warm ranks", "adaptive batch"])
     parser.add_argument("--only", nargs="*", default=[], help="run only these steps",
@@ -288,25 +278,22 @@ def main() -> None:
                                  "10 s trial", "standalone", "packing", "adaptive batch"])
     parser.add_argument("--adaptive-timeout", type=float, default=240,
                         help="seconds the adaptive-batch step may take")
-    args = parser.parse_args()
+
+
+def gpu(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.cpus is None:
         args.cpus = os.cpu_count() or 2
     if args.cpus_per_trial is None:
         args.cpus_per_trial = 1 if args.cpu_check else 2
     if args.cpu_check:
         IMAGES.update(train_size=2048, val_size=512, epochs=3, width=8, image_size=16)
-    started = time.monotonic()
 
     def shown(steps: list[Step], final: bool = False) -> None:
-        text = report(args, steps, time.monotonic() - started, final)
-        if args.markdown:
-            write_section(args.markdown, "gpu", text)
+        publish(args, "gpu", "The GPU path end to end", report(args, steps, final))
 
     with tempfile.TemporaryDirectory(prefix="hpo-gpu-") as tmp:
         steps = run_steps(args, Path(tmp), shown)
     shown(steps, final=True)
-    sys.exit(0 if all(s.ok is not False for s in steps) else 1)
-
-
-if __name__ == "__main__":
-    main()
+    if any(s.ok is False for s in steps):
+        raise SystemExit(1)
+    return [vars(s) for s in steps]

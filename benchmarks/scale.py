@@ -1,21 +1,30 @@
-"""Thousands of trivial trials: `hpo run` against plain Ray Tune at its best settings, side by
-side, and `hpo results` / `hpo report` on the biggest experiment.
+"""Many trials and large objects: `scale` and `object-by-reference`.
 
-Each trial reports once, without sleeping or a checkpoint (x ~ uniform(0, 1), score = x), so
-what is measured is the per-trial cost of the tuning machinery. 2 CPUs, 1 per trial, FIFO +
-random search, actor reuse on both sides. While a run goes, the driver's RSS and the number
+scale: thousands of trivial trials, `hpo run` against plain Ray Tune at its best settings,
+side by side, and `hpo results` / `hpo report` on the biggest experiment. Each trial reports
+once, without sleeping or a checkpoint (x ~ uniform(0, 1), score = x; benchmarks/trials.py),
+so what is measured is the per-trial cost of the tuning machinery. 2 CPUs, 1 per trial, FIFO
++ random search, actor reuse on both sides. While a run goes, the driver's RSS and the number
 of trial folders are sampled every second: from them the time per trial in each fifth of the
 run (does a trial cost more when many are already in the experiment?) and the driver's
-memory growth per 1,000 trials after the first fifth (a least-squares slope).
+memory growth per 1,000 trials after the first fifth (a least-squares slope). With
+--checkpoint each trial reports 3 times with a checkpoint (`checkpoint: {frequency: 1, keep:
+2}`; Tune's `num_to_keep=2`), and "late/early" says whether a trial costs more when many came
+before it (the last 2,000 of 5,000 should stay within 1.10x of the early ones); `--old REV`
+adds hpo at an older commit (a git worktree) to the same run, as the side hpo-old.
 
-With --checkpoint each trial reports 3 times with a checkpoint (`checkpoint: {frequency: 1,
-keep: 2}`; Tune's `num_to_keep=2`), and "late/early" says whether a trial costs more when many
-came before it (issue 36: the last 2,000 of 5,000 within 1.10x of the early ones); `--sides
-hpo-old --old COMMIT` adds hpo at an older commit (a git worktree) to the same run.
+object-by-reference: one process, as a notebook would do it: a run without data starts Ray
+(cold: also the first imports), the same run again reuses it (warm), one bare `ray.put` of
+the array, the run with the array passed as `parameters` to every trial (each trial sums all
+of it), and after `hpo.shutdown()` the same run once more (Ray started again, imports already
+done: the start-up a kept Ray saves is this minus warm). For each: wall time, the driver's
+peak RSS above its level before, and the peak of the object store's shared memory (/dev/shm
+pages in use) above its level before, sampled every 20 ms.
 
 Run from the repository root (10,000 trials take about 25 minutes a side on 2 cores):
-    python benchmarks/scale.py --trials 1000 3000 --markdown docs/benchmarks.md
-    python benchmarks/scale.py --checkpoint --trials 2000 --sides hpo hpo-old raw --old 92b0d0d
+    python -m benchmarks scale --trials 1000 3000 --markdown docs/benchmarks.md
+    python -m benchmarks scale --checkpoint --trials 2000 --old 92b0d0d
+    python -m benchmarks object-by-reference --mb 500 --trials 8 --markdown docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -24,71 +33,32 @@ import argparse
 import contextlib
 import json
 import os
-import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks._ab import worktree  # noqa: E402
-from benchmarks._common import (  # noqa: E402
+from benchmarks import (
+    ROOT,
     hpo_run_command,
     log,
-    machine,
     md_table,
+    publish,
     text_table,
-    versions,
     wait_until_quiet,
-    write_section,
+    worktree,
 )
+from benchmarks.trials import STEPS
 
-KEY = "scale"
-
-
-def trivial(config: dict) -> None:
-    """hpo: one report, no sleep."""
-    import hpo
-
-    hpo.report({"score": float(config["x"])})
-
-
-def raw_trivial(config: dict) -> None:
-    """Plain Ray Tune: the same."""
-    from ray import tune
-
-    tune.report({"score": float(config["x"])})
-
-
-STEPS = 3  # reports of a checkpointing trial, each with a checkpoint (the issue 36 drill)
-
-
-def checkpointed(config: dict) -> None:
-    """hpo: STEPS reports, each with a small checkpoint (`checkpoint: {frequency: 1, keep: 2}`)."""
-    import hpo
-
-    for step in range(STEPS):
-        hpo.report({"score": float(config["x"]) + step, "ended": time.time()},
-                   checkpoint={"step": step})
-
-
-def raw_checkpointed(config: dict) -> None:
-    """Plain Ray Tune: the same, a checkpoint folder per report (`num_to_keep=2`)."""
-    from ray import tune
-
-    for step in range(STEPS):
-        with tempfile.TemporaryDirectory() as folder:
-            Path(folder, "step").write_text(str(step))
-            tune.report({"score": float(config["x"]) + step, "ended": time.time()},
-                        checkpoint=tune.Checkpoint.from_directory(folder))
+TRIALS = ROOT / "benchmarks" / "trials.py"
 
 
 @dataclass
@@ -183,7 +153,7 @@ def hpo_side(trials: int, tmp: Path, checkpoint: bool,
     """`hpo run` of this checkout, or (python -m hpo from it) of an older one's."""
     trainable = "checkpointed" if checkpoint else "trivial"
     name = f"hpo{trials}" + ("-old" if checkout != ROOT else "")
-    spec = {"name": name, "trainable": f"{Path(__file__).resolve()}:{trainable}",
+    spec = {"name": name, "trainable": f"{TRIALS}:{trainable}",
             "metric": "score", "mode": "max", "num_samples": trials,
             "search_space": {"x": {"uniform": [0.0, 1.0]}}, "search": {"type": "random"},
             "resources": {"cpus_per_trial": 1}}
@@ -192,20 +162,20 @@ def hpo_side(trials: int, tmp: Path, checkpoint: bool,
     space = tmp / f"{name}.yaml"
     space.write_text(yaml.safe_dump(spec, sort_keys=False))
     cmd = hpo_run_command(space, tmp / "storage", name, 2)
-    if checkout != ROOT:  # its own hpo package first on sys.path
+    if checkout != ROOT:  # its own hpo package imported first
         cmd = [sys.executable, "-m", "hpo", *cmd[1:]]
     exp_dir = tmp / "storage" / name
     return sampled_run(cmd, exp_dir, 4 * 3600, cwd=checkout), exp_dir
 
 
 def raw_side(trials: int, tmp: Path, checkpoint: bool) -> Sampled:
-    cmd = [sys.executable, __file__, "--raw", str(trials), str(tmp / "raw")]
+    cmd = [sys.executable, "-m", "benchmarks", "scale", "--raw", str(trials), str(tmp / "raw")]
     return sampled_run(cmd + ["--checkpoint"] * checkpoint, tmp / "raw" / f"raw{trials}",
                        4 * 3600)
 
 
 def raw_main(trials: int, storage: str, checkpoint: bool) -> None:
-    """Plain Ray Tune at its best settings (as benchmarks/raw_tune_overhead.py)."""
+    """Plain Ray Tune at its best settings (as the overhead benchmark's raw side)."""
     import logging
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -216,6 +186,8 @@ def raw_main(trials: int, storage: str, checkpoint: bool) -> None:
     temp_dir = tempfile.mkdtemp(prefix="rawray-", dir="/tmp")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.WARNING, _temp_dir=temp_dir)
+    from benchmarks.trials import raw_checkpointed, raw_trivial
+
     trainable = raw_checkpointed if checkpoint else raw_trivial
     keep = tune.CheckpointConfig(num_to_keep=2) if checkpoint else None
     tuner = tune.Tuner(
@@ -238,25 +210,26 @@ def timed_cli(*args: str) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def scale_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, nargs="+", default=[1000, 3000])
-    parser.add_argument("--markdown", type=Path, default=None)
     parser.add_argument("--checkpoint", action="store_true",
                         help=f"each trial reports {STEPS} times with a checkpoint, keep 2")
     parser.add_argument("--sides", nargs="+", default=["raw", "hpo"],
                         choices=["raw", "hpo", "hpo-old"])
-    parser.add_argument("--old", default="HEAD", help="the commit of the hpo-old side")
     parser.add_argument("--raw", nargs=2, metavar=("TRIALS", "STORAGE"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+
+
+def scale(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.raw:
         raw_main(int(args.raw[0]), args.raw[1], args.checkpoint)
-        return
+        return None
+    if args.old and "hpo-old" not in args.sides:
+        args.sides.append("hpo-old")
     rows, biggest = [], None
     with tempfile.TemporaryDirectory(prefix="hpo-scale-", dir="/var/tmp") as tmp_name, \
             contextlib.ExitStack() as stack:
         tmp = Path(tmp_name)
-        old = (stack.enter_context(worktree(args.old, tmp / "old"))
+        old = (stack.enter_context(worktree(args.old or "HEAD", tmp / "old"))
                if "hpo-old" in args.sides else ROOT)
         for trials in args.trials:
             for side in args.sides:
@@ -285,9 +258,10 @@ def main() -> None:
     log(text_table(HEADER, rows))
     for what, seconds in reading:
         log(f"{what} on {biggest.name}: {seconds:.1f} s")
-    if args.markdown:
-        write_section(args.markdown, KEY + "-checkpoint" * args.checkpoint,
-                      _markdown(rows, reading, max(args.trials), args.checkpoint))
+    publish(args, "scale" + "-checkpoint" * args.checkpoint,
+            f"Scale: thousands of trivial trials{', checkpointing' * args.checkpoint}",
+            _markdown(rows, reading, max(args.trials), args.checkpoint))
+    return {"header": HEADER, "rows": rows, "reading": reading}
 
 
 HEADER = ["trials", "side", "wall s", "ms/trial", "ms/trial by fifth", "driver peak RSS MB",
@@ -296,11 +270,9 @@ HEADER = ["trials", "side", "wall s", "ms/trial", "ms/trial by fifth", "driver p
 
 def _markdown(rows: list[list], reading: list[tuple[str, float]], trials: int,
               checkpoint: bool) -> str:
-    command = "python " + shlex.join(["benchmarks/scale.py", *sys.argv[1:]])
     trial = (f"{STEPS} reports, each with a checkpoint, keep 2" if checkpoint
              else "one report, no sleep, no checkpoint")
-    lines = [f"## Scale: thousands of trivial trials{', checkpointing' * checkpoint}", "",
-             f"`{command}` on {machine()}; {versions()}. Trivial trials ({trial}), 2 CPUs, "
+    lines = [f"Trivial trials ({trial}), 2 CPUs, "
              "1 per trial, FIFO + random, actor reuse, plain Ray Tune at its best settings "
              "beside `hpo run`. \"ms/trial by fifth\": the time per trial in each fifth of "
              "the run (by trial folders started; the last fifth includes the teardown); "
@@ -312,5 +284,114 @@ def _markdown(rows: list[list], reading: list[tuple[str, float]], trials: int,
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    main()
+
+# ---------------------------------------------------------------- object-by-reference
+
+MB = 2**20
+
+
+def touch(config: dict[str, Any], data: Any = None) -> None:
+    """object-by-reference's trial: one report, after reading every page of `data`."""
+    import hpo
+
+    total = float(data.sum()) if data is not None else 0.0  # reads every page of it
+    hpo.report({"score": config["x"] + total * 0})
+
+
+def _rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _shm() -> int:
+    return shutil.disk_usage("/dev/shm").used
+
+
+def measured(what: Callable[[], Any]) -> dict[str, float]:
+    """Wall time and peaks above the levels before, of the driver's RSS and /dev/shm."""
+    base_rss, base_shm, peaks, done = _rss(), _shm(), [0, 0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peaks[0], peaks[1] = max(peaks[0], _rss()), max(peaks[1], _shm())
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    start = time.perf_counter()
+    what()
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    return {"wall_s": wall, "driver_mb": max(peaks[0] - base_rss, 0) / MB,
+            "store_mb": max(peaks[1] - base_shm, 0) / MB}
+
+
+def _counting_puts() -> list[int]:
+    """Count ray.put calls made in this process (hpo's objects_in_store calls ray.put)."""
+    import ray
+
+    calls, original = [0], ray.put
+
+    def put(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    ray.put = put
+    return calls
+
+
+def object_by_reference_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mb", type=int, default=500)
+    parser.add_argument("--trials", type=int, default=8)
+    parser.add_argument("--cpus", type=int, default=2)
+
+
+def object_by_reference(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    import numpy as np
+
+    import hpo
+
+    if args.quick:
+        args.mb, args.trials = 20, 2
+    data = np.ones(args.mb * MB // 8)
+    storage = Path(tempfile.mkdtemp(prefix="hpo-bench-"))
+    spec = {"metric": "score", "mode": "max", "storage": str(storage),
+            "search_space": {"x": {"grid": list(range(args.trials))}}}
+
+    def run(name: str, **extra: Any) -> None:
+        hpo.run({**spec, "name": name}, trainable=touch, num_cpus=args.cpus, **extra)
+
+    rows = {"cold: first run (starts Ray), no data": measured(lambda: run("cold")),
+            "warm: same run again (Ray kept)": measured(lambda: run("warm"))}
+    import ray
+
+    rows["one bare ray.put of the array"] = measured(lambda: ray.get(ray.put(data)) is None)
+    puts = _counting_puts()
+    rows[f"warm run, array to all {args.trials} trials"] = measured(
+        lambda: run("data", parameters={"data": data}))
+    hpo.shutdown()
+    rows["after hpo.shutdown(): same run, Ray started again"] = measured(lambda: run("again"))
+    hpo.shutdown()
+    shutil.rmtree(storage, ignore_errors=True)
+    _report(args, rows, puts[0])
+    return rows
+
+
+def _report(args: argparse.Namespace, rows: dict[str, dict[str, float]], puts: int) -> None:
+    table = md_table(["what", "wall s", "driver peak RSS +MB", "object store peak +MB"],
+                     [[k, f"{v['wall_s']:.2f}", f"{v['driver_mb']:.0f}", f"{v['store_mb']:.0f}"]
+                      for k, v in rows.items()])
+    values = list(rows.values())
+    text = (f"A {args.mb} MB numpy array, {args.trials} one-report "
+            f"trials, {args.cpus} CPUs, one Python process as in a notebook:\n\n{table}\n\n"
+            f"- `ray.put` calls during the run with data: {puts} (one per object and run).\n"
+            f"- The data costs the run {values[3]['wall_s'] - values[1]['wall_s']:+.2f} s over "
+            f"the same warm run without it; one bare put takes {values[2]['wall_s']:.2f} s.\n"
+            f"- Start-up saved by the kept Ray: {values[4]['wall_s'] - values[1]['wall_s']:.2f}"
+            " s (Ray started again minus warm run).\n")
+    print(text)
+    publish(args, "object-by-reference",
+            "Python API: objects by reference, Ray kept between runs", text)

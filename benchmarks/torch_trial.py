@@ -1,7 +1,8 @@
-"""The trial of benchmarks/peer_runs.py with torch imported with its module and used, as a
-model's trainable does: that of `slurm_forks.py --trainables torch`. A fresh worker imports
-torch before its first step; a node's fork server told so imports it once for its forks.
-(peer_runs.py imports only the standard library at its top: the peers run it too.)"""
+"""The peers' trial (benchmarks/trials.py:hpo_trial) with torch imported with its module and
+used, as a model's trainable does: `python -m benchmarks slurm --mode forks --trainables
+torch`. A fresh worker imports torch before its first step; a node's fork server, told so by
+the trainable's module, imports it once for its forks. (benchmarks/trials.py imports only the
+standard library at its top, so that no torch is preloaded for the plain trials.)"""
 
 from __future__ import annotations
 

@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_testcluster import SlurmTestCluster
 from test_loopback import is_loopback
 from test_slurm_cluster import _finished, _space, _submit, outputs, slurm  # noqa: F401
+
+from testing.slurm_cluster import SlurmTestCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

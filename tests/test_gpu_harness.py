@@ -1,4 +1,4 @@
-"""benchmarks/gpu.py, the GPU path in one command, kept working on machines without a GPU:
+"""`python -m benchmarks gpu`, the GPU path in one command, kept working on machines without a GPU:
 `--cpu-check` runs its steps on the CPU (its figures are not GPU figures)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from conftest import ROOT
 @pytest.mark.slow
 def test_gpu_benchmark_steps_run_on_the_cpu() -> None:
     done = subprocess.run(
-        [sys.executable, "benchmarks/gpu.py", "--cpu-check", "--skip", "standalone",
+        [sys.executable, "-m", "benchmarks", "gpu", "--cpu-check", "--skip", "standalone",
          "adaptive batch"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     table = done.stdout

@@ -1,7 +1,7 @@
 """`hpo slurm join`: more Slurm jobs join a running study (hpo.cluster.join).
 
 The refusals run without Slurm; the study itself runs on the real test cluster
-(tests/slurm_testcluster.py): a head job on one whole node, a job that joins and is cancelled
+(testing/slurm_cluster.py): a head job on one whole node, a job that joins and is cancelled
 while its trials run, and a job that joins and leaves by itself when the head's job ends.
 """
 
@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, cli_invoke
-from slurm_testcluster import SlurmTestCluster
 from test_slurm_cluster import (
     VENV,
     _assert_exact_histories,
@@ -39,6 +38,7 @@ from hpo.cluster.node import STOP_FILE, TOKEN_FILE
 from hpo.ray_adapters.node_loss import NODE_DIED, SIGTERMED, lost_with_its_node
 from hpo.results import load_results
 from hpo.spec.slurm import SlurmSettings
+from testing.slurm_cluster import SlurmTestCluster
 
 __all__ = ["outputs", "slurm"]  # the fixtures, shared with test_slurm_cluster
 

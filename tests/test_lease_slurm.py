@@ -1,5 +1,5 @@
 """One writer per experiment folder across nodes: two Slurm jobs of the same YAML on two
-nodes of the tests' real Slurm cluster (tests/slurm_testcluster.py), sharing the folder as
+nodes of the tests' real Slurm cluster (testing/slurm_cluster.py), sharing the folder as
 nodes share a parallel file system: one job runs the experiment, the other stops at once."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from slurm_testcluster import SlurmTestCluster
 from test_slurm_cluster import _job, _output, _space, _submit, _wait_job, outputs, slurm
 
 from hpo.results import load_results
+from testing.slurm_cluster import SlurmTestCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 __all__ = ["outputs", "slurm"]  # the fixtures, shared with test_slurm_cluster

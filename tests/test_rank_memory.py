@@ -1,7 +1,7 @@
 """Whether a warm rank may serve the next trial on a GPU (trial/ranks/fresh.py): what torch keeps by
 design (a matmul's cuBLAS workspace, cached blocks) is freed first and does not count; a tensor
 a trial left behind does. GPU memory readings are injected: this machine has no GPU (the real
-check: benchmarks/rank_reuse.py --device cuda, and tests/gpu_rank_memory.py)."""
+check: python -m benchmarks rank-reuse --device cuda, and tests/gpu_rank_memory.py)."""
 
 from __future__ import annotations
 

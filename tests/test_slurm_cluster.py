@@ -1,4 +1,4 @@
-"""`hpo slurm submit` on a real multi-node Slurm (tests/slurm_testcluster.py), real Ray inside.
+"""`hpo slurm submit` on a real multi-node Slurm (testing/slurm_cluster.py), real Ray inside.
 
 The session's cluster has 3 nodes of 2 CPUs, bound to real cores as sites bind them (a node
 cannot declare more CPUs than this machine has); jobs ask for 2 CPUs per node (a whole node),
@@ -24,10 +24,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import ROOT, trial_rows
-from slurm_testcluster import SlurmTestCluster, Unavailable
 
 from hpo.errors import ExperimentError
 from hpo.results import load_results
+from testing.slurm_cluster import SlurmTestCluster, Unavailable
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -1,6 +1,6 @@
 """The built-in site profiles, end to end, on a test cluster as strict as the sites.
 
-Its own 2-node cluster (tests/slurm_testcluster.py): steps bound to cores, a real Lmod whose
+Its own 2-node cluster (testing/slurm_cluster.py): steps bound to cores, a real Lmod whose
 site modules put a Python without hpo first on PATH, 8 fake GPUs per node with `Cores=`,
 partitions named and limited as the sites', and JSC-style node names (only `node1i` reaches
 node1). Each profile runs through a site file that starts from it (`base: ...`) and changes
@@ -19,10 +19,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import ROOT
-from slurm_testcluster import SlurmTestCluster, Unavailable
 from test_slurm_cluster import _wait_job
 
 from hpo.results import load_results
+from testing.slurm_cluster import SlurmTestCluster, Unavailable
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""The test cluster (tests/slurm_testcluster.py) is as strict as the sites hpo's profiles name
+"""The test cluster (testing/slurm_cluster.py) is as strict as the sites hpo's profiles name
 (JUWELS Booster, JURECA-DC, LUMI-G), so that what would fail there fails here: steps bound to
 the CPUs they ask for, GPUs near cores, the sites' partitions with their time limits, a real
 Lmod `module` whose Python hides the user's venv, and JSC's node names (only the suffixed
@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_testcluster import SITE_PYTHON, SlurmTestCluster
 from test_slurm_cluster import slurm
+
+from testing.slurm_cluster import SITE_PYTHON, SlurmTestCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 __all__ = ["slurm"]  # the fixture, shared with test_slurm_cluster
@@ -62,7 +63,7 @@ echo "with-c $(srun --nodes=1 --ntasks=1 -c 2 {sys.executable} -c '{AFFINITY}')"
 
 
 def test_a_node_cannot_declare_more_cpus_than_the_machine_has() -> None:
-    from slurm_testcluster import Unavailable
+    from testing.slurm_cluster import Unavailable
 
     with pytest.raises(Unavailable, match="cpus=999 per node"):
         SlurmTestCluster(nodes=1, cpus=999).__enter__()

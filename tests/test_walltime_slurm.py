@@ -1,4 +1,4 @@
-"""The walltime guard on the tests' real Slurm (tests/slurm_testcluster.py): the allocation's
+"""The walltime guard on the tests' real Slurm (testing/slurm_cluster.py): the allocation's
 end read from squeue inside a job, and a run that stops at its end minus the checkpoint margin
 with its state saved, requeues through the sbatch script's walltime path and finishes after.
 
@@ -17,7 +17,6 @@ import time
 
 import pytest
 from conftest import ROOT, trial_rows
-from slurm_testcluster import SlurmTestCluster
 from test_slurm_cluster import (
     DP_TRAINABLES,
     _finished,
@@ -30,6 +29,7 @@ from test_slurm_cluster import (
 )
 
 from hpo.results import load_results
+from testing.slurm_cluster import SlurmTestCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 __all__ = ["outputs", "slurm"]  # the fixtures, shared with test_slurm_cluster

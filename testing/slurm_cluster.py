@@ -245,7 +245,7 @@ class SlurmTestCluster:
         for name, python in MODULES.items():
             file = self.root / "modules" / f"{name}.lua"
             file.parent.mkdir(parents=True, exist_ok=True)
-            text = f"-- A stand-in for the site's {name} module (tests/slurm_testcluster.py)\n"
+            text = f"-- A stand-in for the site's {name} module (testing/slurm_cluster.py)\n"
             file.write_text(text + (f'prepend_path("PATH", "{bin_dir}")\n' if python else ""))
 
     def _conf(self, host: str) -> str:

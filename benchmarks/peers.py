@@ -1,8 +1,8 @@
 """hpo's orchestration overhead beside the tools a user would pick instead, in one run.
 
-Each tool runs the same trial (benchmarks/peer_runs.py: `steps` steps that sleep and report)
-as a whole process, launched and timed from here; the tools take turns within each round.
-Workloads (issue 36):
+Each tool runs the same trial (benchmarks/trials.py: `steps` steps that sleep and report) as
+a whole process, launched and timed from here; the tools take turns within each round.
+Workloads:
   throughput  2 trials x 5,000 reports, no sleep: results/s from the trials' own clocks
               (all reports / (the last report - the first)), i.e. what the driver takes
               where a report waits for it (hpo, Tune), and for the whole process (all
@@ -22,7 +22,7 @@ a lower bound. hpo-warm: `hpo run` on a warm local Ray
 their own venvs (--syne-python, --deephyper-python: a venv with `syne-tune` / `deephyper`
 installed), left out when not given.
 
-    python benchmarks/overhead_peers.py --markdown docs/benchmarks.md \
+    python -m benchmarks overhead-peers --markdown docs/benchmarks.md \
         --syne-python /work/peers/syne-tune/bin/python \
         --deephyper-python /work/peers/deephyper/bin/python
 """
@@ -39,20 +39,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks._common import (  # noqa: E402
+from benchmarks import (
+    ROOT,
     env_with_root,
     log,
-    machine,
     md_table,
     median,
+    publish,
     run_when_quiet,
     text_table,
-    versions,
-    write_section,
 )
 
 WORKLOADS = {  # trials, steps, sleep_s, workers
@@ -81,11 +76,11 @@ def warm_ray(tool: str, python: str, workers: int, env: dict[str, str]) -> Itera
 
 def peer_run(python: str, tool: str, workload: str, work: Path
              ) -> tuple[list[str], dict[str, str], Path]:
-    """The command and environment of one tool's run of a workload (peer_runs.py), and the
-    spans file its trials append to."""
+    """The command and environment of one tool's run of a workload (the peer child of
+    benchmarks/trials.py), and the spans file its trials append to."""
     trials, steps, sleep_s, workers = WORKLOADS[workload]
     spans = work / "spans.jsonl"
-    cmd = [python, str(ROOT / "benchmarks" / "peer_runs.py"), tool, "--trials", str(trials),
+    cmd = [python, str(ROOT / "benchmarks" / "trials.py"), tool, "--trials", str(trials),
            "--steps", str(steps), "--sleep-s", str(sleep_s), "--workers", str(workers),
            "--spans", str(spans), "--work", str(work)]
     return cmd, env_with_root(HPO_LOCAL_RAY=str(work / "warm")), spans  # hpo-warm's, no other
@@ -149,32 +144,22 @@ HEADER = ["workload", "tool", "runs", "throughput / utilisation (median)", "star
           "ramp s", "end s", "wall s", "CPU s/trial"]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def peers_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS),
                         default=list(WORKLOADS))
     parser.add_argument("--tools", nargs="+", choices=TOOLS, default=list(TOOLS))
-    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--syne-python", default=None)
     parser.add_argument("--deephyper-python", default=None)
-    parser.add_argument("--markdown", type=Path, default=None)
-    parser.add_argument("--json", type=Path, default=None, help="every run's figures")
-    args = parser.parse_args()
+
+
+def peers(args: argparse.Namespace) -> list[Any]:
     ours = dict.fromkeys(("hpo", "hpo-warm", "tune", "optuna"), sys.executable)
     pythons = {**ours, "syne": args.syne_python, "deephyper": args.deephyper_python}
     tools = {tool: pythons[tool] for tool in args.tools if pythons[tool]}
     log(f"tools: {', '.join(tools)} (a peer without its --*-python is left out)")
     runs = measure(args, tools)
-    if args.json:
-        args.json.write_text(json.dumps([[*key, done] for key, done in runs.items()]))
     table = rows(runs)
     print(text_table(HEADER, table))
-    if args.markdown:
-        command = "python benchmarks/overhead_peers.py " + " ".join(sys.argv[1:])
-        write_section(args.markdown, "overhead-peers", "\n\n".join([
-            "## Orchestration overhead beside the peers (issue 36)",
-            f"`{command}`", f"{machine()}; {versions()}.", md_table(HEADER, table)]))
-
-
-if __name__ == "__main__":
-    main()
+    publish(args, "overhead-peers", "Orchestration overhead beside the peers",
+            md_table(HEADER, table))
+    return [[*key, done] for key, done in runs.items()]

@@ -409,23 +409,23 @@ def phases_child(argv: list[str]) -> None:
     if side == "hpo":
         import hpo.cli
         mark("hpo.cli imported")
-        import hpo.driver.runner
-        mark("hpo.driver.runner imported (pandas, yaml, pydantic)")
+        import hpo.driver.run.runner
+        mark("hpo.driver.run.runner imported (pandas, yaml, pydantic)")
         import ray
         from ray import tune
         mark("ray + ray.tune imported")
-        import hpo.cluster.ray_private
+        import hpo.ray_adapters.gcs
         import hpo.driver.plugins.progress
-        import hpo.driver.translate
+        import hpo.driver.run.translate
         import hpo.trial.session
 
-        wrap(hpo.driver.translate, "user_trainable", "import the trainable (in a thread)")
-        wrap(hpo.driver.translate, "trainable", "trainable + with_resources")
+        wrap(hpo.driver.run.translate, "user_trainable", "import the trainable (in a thread)")
+        wrap(hpo.driver.run.translate, "trainable", "trainable + with_resources")
         wrap(ray, "init", "ray.init")
         wrap(ray, "shutdown", "ray.shutdown")
-        wrap(hpo.cluster.ray_private, "reload_auth_settings", "reload auth settings")
+        wrap(hpo.ray_adapters.gcs, "reload_auth_settings", "reload auth settings")
         wrap(tune.Tuner, "fit", "Tuner.fit")
-        wrap(hpo.driver.runner, "_outcome", "load results (pandas)")
+        wrap(hpo.driver.run.runner, "_outcome", "load results (pandas)")
         wrap(hpo.cli, "finish", "print table")
         for name in ("on_trial_result", "on_step_end", "setup", "on_experiment_end"):
             wrap(hpo.driver.plugins.progress.LiveProgress, name, f"LiveProgress.{name}",

@@ -636,7 +636,7 @@ def optuna_native(study_json: str) -> None:
     import optuna
     import torch
 
-    from hpo.driver.trainable import load_trainable
+    from hpo.driver.run.trainable import load_trainable
     from hpo.trial.session import trial_session
 
     args = argparse.Namespace(**json.loads(Path(study_json).read_text()))

@@ -11,7 +11,7 @@ workers through srun, waits until the GCS reports every node alive with its CPUs
 time, and stops Ray. The figure is that time minus the first line's: Python start-up and
 imports included.
 
-forks: a job's trial workers forked by each node's fork server (hpo.driver.node_start)
+forks: a job's trial workers forked by each node's fork server (hpo.driver.backends.node_start)
 against Ray's own fresh workers (HPO_FORK_WORKERS=0), side by side. Each run submits a batch
 script that records its start, then runs a study with `hpo slurm run`: one trial per CPU of
 the allocation at once (nodes x 2), each `steps` steps of `sleep_s` (benchmarks/trials.py's

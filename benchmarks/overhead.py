@@ -414,9 +414,9 @@ def phases_child(argv: list[str]) -> None:
         import ray
         from ray import tune
         mark("ray + ray.tune imported")
-        import hpo.ray_adapters.gcs
         import hpo.driver.plugins.progress
         import hpo.driver.run.translate
+        import hpo.ray_adapters.gcs
         import hpo.trial.session
 
         wrap(hpo.driver.run.translate, "user_trainable", "import the trainable (in a thread)")

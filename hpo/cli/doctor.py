@@ -68,16 +68,27 @@ def _cluster(interface: str | None) -> list[Row]:
     return node_checks(interface=interface)
 
 
-def diagnose(interface: str | None = None) -> list[Row]:
+def _site(site: str) -> list[Row]:
+    """The site profile's modules in a clean login shell; RCCL's plugin on AMD GPUs."""
+    from hpo.cli.doctor_site import site_rows
+
+    return site_rows(site)
+
+
+def diagnose(interface: str | None = None, site: str | None = None) -> list[Row]:
     """Every check's rows; a check that crashes is reported as a failed row, not raised."""
     checks: list[Callable[[], list[Row]]] = [
         _packages, _torch, _gpu, _horovod, _horovod_ray,
         functools.partial(_cluster, interface)]
+    if site is not None:
+        checks.append(functools.partial(_site, site))
     rows: list[Row] = []
     for check in checks:
         try:
             rows.extend(check())
         except Exception as exc:  # a broken install must still get a report
-            name = getattr(check, "__name__", "cluster").strip("_")
+            name = getattr(check, "__name__", None) or getattr(
+                getattr(check, "func", None), "__name__", "check")
+            name = name.strip("_")
             rows.append((name, f"check failed: {exc}", False))
     return rows

@@ -136,3 +136,28 @@ def test_an_unknown_site_is_one_line_before_any_check() -> None:
     line = stderr.strip()
     assert code == 2 and "\n" not in line and "'lumi'" in line and "Hint:" in line, stderr
     assert stdout == ""
+
+
+@pytest.mark.parametrize(("site", "expected"), [("juwels-booster", (None, "i")),
+                                                ("lumi-g", ("hsn0", ""))])
+def test_the_address_check_uses_the_sites_network(site: str, expected: tuple,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --site, the Ray address is found as the job would: JSC's `<node>i` name, LUMI's
+    hsn0; an --interface given on the command line still wins."""
+    import importlib
+
+    from hpo.cli import doctor
+
+    node_report = importlib.import_module("hpo.cluster.node_report")  # the module, not the
+    # function hpo.cluster re-exports under the same name
+
+    seen: list[tuple[object, str]] = []
+
+    def address(interface: str | None, hostname: str | None = None, suffix: str = "") -> str:
+        seen.append((interface, suffix))
+        return "10.0.0.1"
+
+    monkeypatch.setattr(node_report, "node_address", address)
+    doctor._cluster(None, site)
+    doctor._cluster("ib0", site)
+    assert seen == [expected, ("ib0", expected[1])]

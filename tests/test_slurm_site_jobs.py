@@ -11,6 +11,8 @@ venv and name no `slurm.venv`: the job must find its hpo after the site's module
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -166,3 +168,30 @@ def test_doctor_in_a_core_bound_step_says_what_is_wrong(site_cluster: SlurmTestC
     whole = _doctor_in_a_step(site_cluster, f"srun -n1 -c{cpus}")
     rows = {line[4:22].strip(): line for line in whole.splitlines() if line[:3] in ("ok ", "NO ")}
     assert rows["cpus"].startswith("ok ") and f"{cpus} usable" in rows["cpus"], whole
+
+
+def test_the_first_job_checks_run_as_written_on_juwels_booster(
+        site_cluster: SlurmTestCluster, tmp_path: Path) -> None:
+    """docs/first-job.md's JUWELS Booster check, line by line in one salloc: only the CPUs per
+    task (96 there, this machine's here) change. The site's login shell knows the site's
+    modules (a login profile that sets MODULEPATH, as the site's /etc/profile does)."""
+    page = (ROOT / "docs/first-job.md").read_text()
+    block = next(b for b in re.findall(r"^```bash\n(.*?)^```", page, re.S | re.M)
+                 if "develbooster" in b)
+    salloc, *rest = [line for line in block.splitlines() if line.strip()]
+    words = shlex.split(salloc, comments=True)
+    words[words.index("-c") + 1] = str(site_cluster.cpus)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bash_profile").write_text(f"export MODULEPATH={site_cluster.root / 'modules'}\n")
+    bin_dir = Path(sys.executable).parent  # `hpo` as the venv installs it
+    env = {**site_cluster.env, "HOME": str(home), "PATH": f"{bin_dir}:{site_cluster.env['PATH']}"}
+    done = subprocess.run([*words, "bash", "-c", "\n".join(rest)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert "Invalid numeric value" not in out and "salloc: Granted job allocation" in out, out
+    rows = {line[4:22].strip(): line for line in out.splitlines() if line[:3] in ("ok ", "NO ")}
+    assert rows["cpus"].startswith("ok ") and f"{site_cluster.cpus} usable" in rows["cpus"], out
+    assert rows["ray address"].startswith("ok "), out  # the profile's `i` names: node1i
+    assert rows["modules"].startswith("ok ") and "all 4 load" in rows["modules"], out
+    assert "ready: 2 node(s)" in out, out  # hpo slurm check: Ray on both nodes

@@ -171,18 +171,19 @@ def test_doctor_in_a_core_bound_step_says_what_is_wrong(site_cluster: SlurmTestC
 
 
 def test_the_first_job_checks_run_as_written_on_juwels_booster(
-        site_cluster: SlurmTestCluster, tmp_path: Path) -> None:
+        site_cluster: SlurmTestCluster) -> None:
     """docs/first-job.md's JUWELS Booster check, line by line in one salloc: only the CPUs per
     task (96 there, this machine's here) change. The site's login shell knows the site's
-    modules (a login profile that sets MODULEPATH, as the site's /etc/profile does)."""
+    modules (a login profile that sets MODULEPATH, as the site's /etc/profile does); HOME is
+    on the cluster's shared file system (each node has its own /tmp)."""
     page = (ROOT / "docs/first-job.md").read_text()
     block = next(b for b in re.findall(r"^```bash\n(.*?)^```", page, re.S | re.M)
                  if "develbooster" in b)
     salloc, *rest = [line for line in block.splitlines() if line.strip()]
     words = shlex.split(salloc, comments=True)
     words[words.index("-c") + 1] = str(site_cluster.cpus)
-    home = tmp_path / "home"
-    home.mkdir()
+    home = site_cluster.root / "work" / "home"
+    home.mkdir(parents=True, exist_ok=True)
     (home / ".bash_profile").write_text(f"export MODULEPATH={site_cluster.root / 'modules'}\n")
     bin_dir = Path(sys.executable).parent  # `hpo` as the venv installs it
     env = {**site_cluster.env, "HOME": str(home), "PATH": f"{bin_dir}:{site_cluster.env['PATH']}"}
@@ -191,7 +192,8 @@ def test_the_first_job_checks_run_as_written_on_juwels_booster(
     out = done.stdout + done.stderr
     assert "Invalid numeric value" not in out and "salloc: Granted job allocation" in out, out
     rows = {line[4:22].strip(): line for line in out.splitlines() if line[:3] in ("ok ", "NO ")}
-    assert rows["cpus"].startswith("ok ") and f"{site_cluster.cpus} usable" in rows["cpus"], out
-    assert rows["ray address"].startswith("ok "), out  # the profile's `i` names: node1i
-    assert rows["modules"].startswith("ok ") and "all 4 load" in rows["modules"], out
+    cpus, address, modules = (rows.get(key, "") for key in ("cpus", "ray address", "modules"))
+    assert cpus.startswith("ok ") and f"{site_cluster.cpus} usable" in cpus, out
+    assert address.startswith("ok "), out  # the profile's `i` names: node1i
+    assert modules.startswith("ok ") and "all 4 load" in modules, out
     assert "ready: 2 node(s)" in out, out  # hpo slurm check: Ray on both nodes

@@ -38,12 +38,13 @@ LMOD_CMD = Path("/usr/share/lmod/lmod/libexec/lmod")  # Debian's lmod
 SITE_PYTHON = Path("/usr/bin/python3")  # the system's: no hpo, no venv
 UNREACHABLE = "192.0.2"  # TEST-NET-1 (RFC 5737): nodes have no route there, connect fails at once
 # The sites' partitions (hpo/spec/sites/*.yaml) with their MaxTime: a longer job is refused.
-PARTITIONS = {"booster": "24:00:00", "dc-gpu": "24:00:00", "standard-g": "2-00:00:00"}
+PARTITIONS = {"booster": "24:00:00", "develbooster": "02:00:00", "dc-gpu": "24:00:00",
+              "standard-g": "2-00:00:00", "dev-g": "03:00:00"}
 # The modules the site profiles load, by the names they load them with. Loading one only
 # records it (Lmod's LOADEDMODULES), except those that put the site's own Python first on
-# PATH: JSC's Python, and LUMI/24.03 (cray-python): a venv activated before them is hidden.
-MODULES = {"Stages/2025": False, "GCC": False, "OpenMPI": False, "CUDA/12": False,
-           "cuDNN": False, "Python": True, "LUMI/24.03": True, "partition/G": False}
+# PATH: JSC's Python and LUMI's cray-python: a venv activated before them is hidden.
+MODULES = {"Stages/2026": False, "GCCcore/14.3.0": False, "Python/3.13.5": True,
+           "CUDA/13": False, "LUMI/25.03": False, "partition/G": False, "cray-python": True}
 # A login shell's Lmod state that must not leak into the cluster's jobs from the caller's
 _LMOD_STATE = re.compile(r"_ModuleTable|__LMOD|LMOD_|BASH_FUNC_(module|ml)%%|LOADEDMODULES$|"
                          r"_LMFILES_$|MODULEPATH$|MODULESHOME$")

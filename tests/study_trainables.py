@@ -63,7 +63,8 @@ def crashes(config: dict[str, Any]) -> None:
 
 def placed(config: dict[str, Any]) -> None:
     """Reports where it runs: the CPUs it may use (its affinity mask), its GPUs (Ray's
-    CUDA_VISIBLE_DEVICES) and the Python running it; `sleep` s per step."""
+    CUDA_VISIBLE_DEVICES), the Python running it and the site variables it sees
+    (CXI_FORK_SAFE); `sleep` s per step."""
     import os
 
     cpus = sorted(os.sched_getaffinity(0))
@@ -72,7 +73,8 @@ def placed(config: dict[str, Any]) -> None:
         hpo.report({"score": config["x"] * step, "cpus": len(cpus),
                     "cpu_list": ",".join(map(str, cpus)),
                     "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-                    "python": sys.executable})
+                    "python": sys.executable,
+                    "cxi_fork_safe": os.environ.get("CXI_FORK_SAFE", "unset")})
 
 
 def timed(config: dict[str, Any]) -> None:

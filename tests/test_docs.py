@@ -87,6 +87,41 @@ def test_the_command_check_catches_a_wrong_flag() -> None:
     assert len(_hpo_commands()) >= 15
 
 
+def _allocation_steps() -> list[tuple[str, str, str]]:
+    """(page, the block's salloc line or "", srun line) for every srun in a bash block."""
+    found = []
+    for page, block in _blocks("bash"):
+        salloc = ""
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:1] == ["salloc"]:
+                salloc = line
+            elif words[:1] == ["srun"]:
+                found.append((page, salloc, line))
+    return found
+
+
+@pytest.mark.parametrize(("page", "salloc", "srun"), _allocation_steps())
+def test_every_step_of_an_allocation_asks_for_cpus_the_allocation_named(
+        page: str, salloc: str, srun: str) -> None:
+    """Slurm sets SLURM_CPUS_PER_TASK only when the allocation names --cpus-per-task: an
+    `srun -c "$SLURM_CPUS_PER_TASK"` after a bare salloc gets `-c ""` and fails; and the hpo
+    command of the step parses."""
+    words = shlex.split(srun, comments=True)
+    if any("SLURM_CPUS_PER_TASK" in word for word in words):
+        asked = shlex.split(salloc, comments=True)
+        assert asked, f"{page}: {srun!r} has no salloc before it in its block"
+        assert "-c" in asked or any(w.startswith("--cpus-per-task") for w in asked), (
+            f"{page}: {salloc!r} names no --cpus-per-task, so {srun!r} gets -c \"\"")
+    if "hpo" in words:
+        _parse(typer.main.get_command(app), words[words.index("hpo") + 1:])
+
+
+def test_the_first_job_page_checks_nodes_through_srun() -> None:
+    steps = [row for row in _allocation_steps() if row[0] == "docs/first-job.md"]
+    assert len(steps) >= 2 and all(salloc for _, salloc, _ in steps)
+
+
 @pytest.mark.parametrize(("page", "block"), _blocks("yaml"))
 def test_every_yaml_block_is_a_valid_spec_or_part_of_one(page: str, block: str) -> None:
     data = parse_yaml(block, page)

@@ -11,6 +11,8 @@ venv and name no `slurm.venv`: the job must find its hpo after the site's module
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -45,8 +47,11 @@ def _study(cluster: SlurmTestCluster, profile: str, gpus_per_trial: int) -> tupl
     """(space, site file) of a 2-node study of 4 trials that report where they ran."""
     work = cluster.root / "work"
     site = work / f"site-{profile}.yaml"
-    nic = "interface: eth0  # LUMI's hsn0\n" if profile == "lumi-g" else ""
-    site.write_text(f"base: {profile}\ncpus_per_node: {cluster.cpus}  # a 2-core machine\n{nic}")
+    extra = {"lumi-g": "interface: eth0  # LUMI's hsn0\nmem: '0'  # all of this machine's\n",
+             # gres.conf's Cores= (the profile's map names CPUs this machine lacks)
+             "jureca-dc": "gpu_cores: []\n"}.get(profile, "")
+    site.write_text(f"base: {profile}\ncpus_per_node: {cluster.cpus}  # a 2-core machine\n"
+                    f"{extra}")
     space = work / f"{profile}.yaml"
     space.write_text(f"""\
 name: {profile}
@@ -99,9 +104,9 @@ def _rows(exp_dir: Path) -> pd.DataFrame:
 @pytest.mark.parametrize("profile", PROFILES)
 def test_each_profile_runs_a_two_node_study(site_cluster: SlurmTestCluster,
                                             profile: str) -> None:
-    # jureca-dc has no gpu_cores of its own: its trials take one GPU each and run on the
-    # cores gres.conf puts near it; the other two use whole-step CPUs (their profiles' maps
-    # name cores a 2-core machine does not have, so nothing is pinned).
+    # jureca-dc's site file drops its profile's map: its trials take one GPU each and run on
+    # the cores gres.conf puts near it; the other two use whole-step CPUs (their profiles'
+    # maps name cores a 2-core machine does not have, so nothing is pinned).
     gpus = 1 if profile == "jureca-dc" else 0
     space, site = _study(site_cluster, profile, gpus)
     job_id = _submit(site_cluster, space, "--site", str(site))
@@ -112,6 +117,8 @@ def test_each_profile_runs_a_two_node_study(site_cluster: SlurmTestCluster,
     # the venv's Python, not the site module's
     assert {str(Path(python).parent) for python in frame["python"]} == {f"{sys.prefix}/bin"}
     assert set(frame["hostname"]) <= {"node1", "node2"}
+    # the profile's variables reach the trials (batch shell -> srun -> Ray -> its workers)
+    assert set(frame["cxi_fork_safe"].astype(str)) == {"1" if profile == "lumi-g" else "unset"}
     if gpus:
         near = {gpu: str(int(gpu) % site_cluster.cpus) for gpu in frame["gpus"]}
         assert [row.cpu_list == near[row.gpus] for row in frame.itertuples()] == [True] * 4, (
@@ -124,7 +131,7 @@ def test_a_site_module_hides_hpo_from_a_job_without_the_venv(
         site_cluster: SlurmTestCluster) -> None:
     """What the profile test guards against: the site's Python module comes first on PATH,
     so a job that does not bring its venv after the modules has no hpo."""
-    script = ("#!/bin/bash\nmodule load Stages/2025 GCC OpenMPI CUDA/12 cuDNN Python\n"
+    script = ("#!/bin/bash\nmodule load Stages/2026 GCCcore/14.3.0 Python/3.13.5 CUDA/13\n"
               "python -c 'import hpo'\n")
     work = site_cluster.root / "work"  # not the checkout, where `import hpo` finds ./hpo
     done = subprocess.run(["sbatch", "--wait", "-N1", "-p", "booster", "-D", str(work), "-o",
@@ -161,3 +168,32 @@ def test_doctor_in_a_core_bound_step_says_what_is_wrong(site_cluster: SlurmTestC
     whole = _doctor_in_a_step(site_cluster, f"srun -n1 -c{cpus}")
     rows = {line[4:22].strip(): line for line in whole.splitlines() if line[:3] in ("ok ", "NO ")}
     assert rows["cpus"].startswith("ok ") and f"{cpus} usable" in rows["cpus"], whole
+
+
+def test_the_first_job_checks_run_as_written_on_juwels_booster(
+        site_cluster: SlurmTestCluster) -> None:
+    """docs/first-job.md's JUWELS Booster check, line by line in one salloc: only the CPUs per
+    task (96 there, this machine's here) change. The site's login shell knows the site's
+    modules (a login profile that sets MODULEPATH, as the site's /etc/profile does); HOME is
+    on the cluster's shared file system (each node has its own /tmp)."""
+    page = (ROOT / "docs/first-job.md").read_text()
+    block = next(b for b in re.findall(r"^```bash\n(.*?)^```", page, re.S | re.M)
+                 if "develbooster" in b)
+    salloc, *rest = [line for line in block.splitlines() if line.strip()]
+    words = shlex.split(salloc, comments=True)
+    words[words.index("-c") + 1] = str(site_cluster.cpus)
+    home = site_cluster.root / "work" / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / ".bash_profile").write_text(f"export MODULEPATH={site_cluster.root / 'modules'}\n")
+    bin_dir = Path(sys.executable).parent  # `hpo` as the venv installs it
+    env = {**site_cluster.env, "HOME": str(home), "PATH": f"{bin_dir}:{site_cluster.env['PATH']}"}
+    done = subprocess.run([*words, "bash", "-c", "\n".join(rest)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert "Invalid numeric value" not in out and "salloc: Granted job allocation" in out, out
+    rows = {line[4:22].strip(): line for line in out.splitlines() if line[:3] in ("ok ", "NO ")}
+    cpus, address, modules = (rows.get(key, "") for key in ("cpus", "ray address", "modules"))
+    assert cpus.startswith("ok ") and f"{site_cluster.cpus} usable" in cpus, out
+    assert address.startswith("ok "), out  # the profile's `i` names: node1i
+    assert modules.startswith("ok ") and "all 4 load" in modules, out
+    assert "ready: 2 node(s)" in out, out  # hpo slurm check: Ray on both nodes

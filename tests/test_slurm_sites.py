@@ -51,13 +51,16 @@ def test_site_renders_its_golden_file(site: str, monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.mark.parametrize(("site", "lines"), [
-    ("juwels-booster", ["#SBATCH --gres=gpu:4", "#SBATCH --cpus-per-task=48",
-                        "#SBATCH --partition=booster", "module load Stages/2025 GCC OpenMPI"]),
-    ("jureca-dc", ["#SBATCH --gres=gpu:4", "#SBATCH --cpus-per-task=128",
+    ("juwels-booster", ["#SBATCH --gres=gpu:4", "#SBATCH --cpus-per-task=96",
+                        "#SBATCH --partition=booster",
+                        "module load Stages/2026 GCCcore/14.3.0 Python/3.13.5 CUDA/13"]),
+    ("jureca-dc", ["#SBATCH --gres=gpu:4", "#SBATCH --cpus-per-task=256",
                    "#SBATCH --partition=dc-gpu"]),
     ("lumi-g", ["#SBATCH --gpus-per-node=8", "#SBATCH --cpus-per-task=56",
-                "#SBATCH --partition=standard-g", "module load LUMI/24.03 partition/G",
-                'export NCCL_SOCKET_IFNAME="hsn0,hsn1,hsn2,hsn3"']),
+                "#SBATCH --mem=480G", "#SBATCH --partition=standard-g",
+                "module load LUMI/25.03 partition/G cray-python",
+                'export NCCL_SOCKET_IFNAME="hsn0,hsn1,hsn2,hsn3"', 'export CXI_FORK_SAFE="1"',
+                'export CXI_FORK_SAFE_HP="1"', 'export FI_CXI_DISABLE_CQ_HUGETLB="1"']),
 ])
 def test_golden_site_scripts_hold_the_profile(site: str, lines: list[str]) -> None:
     text = (ROOT / f"tests/golden/site-{site}.sbatch").read_text()
@@ -71,7 +74,80 @@ def test_lumi_leaves_miopen_to_the_node_process() -> None:
     # Each node's process sets MIOpen's caches per job unless the environment already does:
     # a profile value would override that with one path for every job.
     env = SlurmSettings.model_validate(site_layers("lumi-g")[0][1]).env
-    assert env == {"NCCL_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3"}
+    assert env == {"NCCL_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3", "CXI_FORK_SAFE": "1",
+                   "CXI_FORK_SAFE_HP": "1", "FI_CXI_DISABLE_CQ_HUGETLB": "1"}
+    assert "FI_MR_CACHE_MONITOR" not in env  # a container's setting, not a native venv's
+
+
+@pytest.mark.parametrize(("site", "cpus"), [("juwels-booster", 96), ("jureca-dc", 256),
+                                            ("lumi-g", 56)])
+def test_profiles_count_cpus_as_the_sites_slurm_does(site: str, cpus: int) -> None:
+    """JSC's Slurm counts hardware threads (SMT 2): 96 and 256 CPUs a node, OS CPU ids 0 to
+    node_cpus - 1; LUMI-G's 56 cores (8 of its 64 reserved: ids up to 63). At JSC a GPU's CPU
+    list holds its cores and their SMT siblings."""
+    settings = SlurmSettings.model_validate(site_layers(site)[0][1])
+    assert settings.node_cpus == cpus and settings.cpus_per_task == cpus
+    from hpo.cluster.gpu_cores import cpu_list
+
+    lists = [cpu_list(cpus_near) for cpus_near in settings.gpu_cores]
+    assert len(lists) == settings.node_gpus
+    assert all(max(near) < (64 if site == "lumi-g" else cpus) for near in lists)
+    assert len({cpu for near in lists for cpu in near}) == sum(len(near) for near in lists)
+    if site != "lumi-g":  # JSC: each GPU's NUMA domain, both threads of each core
+        cores = cpus // 2
+        for near in lists:
+            assert {cpu + cores for cpu in near if cpu < cores} == {
+                cpu for cpu in near if cpu >= cores}
+
+
+def test_jureca_dc_gpus_sit_on_numa_domains_3_1_7_5() -> None:
+    settings = SlurmSettings.model_validate(site_layers("jureca-dc")[0][1])
+    from hpo.cluster.gpu_cores import cpu_list
+
+    domains = [min(cpu_list(near)) // 16 for near in settings.gpu_cores]
+    assert domains == [3, 1, 7, 5]
+    assert [len(cpu_list(near)) for near in settings.gpu_cores] == [32] * 4
+
+
+def test_jscs_own_96_cpus_render_on_juwels_booster(tmp_path: Path) -> None:
+    space = tmp_path / "exp.yaml"
+    space.write_text(GOOD)
+    code, text, stderr = _invoke(["slurm", "render", str(space), "--site", "juwels-booster",
+                                  "--cpus-per-node", "96", "-N", "2", "-t", "01:00:00",
+                                  "--workdir", str(tmp_path)])
+    assert code == 0, stderr
+    assert "#SBATCH --cpus-per-task=96" in text and "#SBATCH --nodes=2" in text
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    ([], "#SBATCH --mem=480G"),  # standard-g: whole nodes
+    (["-p", "small-g", "--gpus-per-node", "2"], "#SBATCH --mem-per-gpu=60G"),
+    (["-p", "dev-g", "--gpus-per-node", "1", "-t", "00:30:00"], "#SBATCH --mem-per-gpu=60G"),
+])
+def test_lumi_asks_the_memory_the_ai_guide_asks(args: list[str], line: str) -> None:
+    code, text, stderr = _invoke([*golden_args("lumi-g", str(ROOT)), *args])
+    assert code == 0, stderr
+    memory = [row for row in text.splitlines() if row.startswith("#SBATCH --mem")]
+    assert memory == [line]
+
+
+def test_the_jobs_own_memory_wins_over_the_partitions(tmp_path: Path) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text("base: lumi-g\nmem: '0'\n")
+    code, text, stderr = _invoke([*golden_args(str(site), str(ROOT))])
+    assert code == 0, stderr
+    assert [row for row in text.splitlines() if row.startswith("#SBATCH --mem")] == [
+        "#SBATCH --mem=0"]
+    site.write_text("base: lumi-g\nmem_per_gpu: 30G\n")
+    code, text, stderr = _invoke([*golden_args(str(site), str(ROOT))])
+    assert code == 0 and "#SBATCH --mem-per-gpu=30G" in text and "--mem=480G" not in text
+    # a CPU-only job on a shared partition asks for no per-GPU memory
+    code, text, _ = _invoke([*golden_args("lumi-g", str(ROOT)), "-p", "small-g",
+                             "--gpus-per-node", "0"])
+    assert code == 0 and "#SBATCH --mem" not in text
+    # JSC's profiles ask for none: their nodes are whole and exclusive
+    code, text, _ = _invoke(golden_args("juwels-booster", str(ROOT)))
+    assert code == 0 and "#SBATCH --mem" not in text
 
 
 @pytest.mark.parametrize("site", SITES)
@@ -120,8 +196,17 @@ BAD = [  # (id, --site value or None for a file, site file text, command-line, p
      "did you mean 'partition'"),
     ("more-gpus-than-a-node", "lumi-g", None, ["--gpus-per-node", "9"], "--gpus-per-node",
      "node_gpus (8)"),
-    ("more-cpus-than-a-node", "juwels-booster", None, ["--cpus-per-node", "96"],
-     "--cpus-per-node", "node_cores is 48"),
+    ("more-cpus-than-a-node", "juwels-booster", None, ["--cpus-per-node", "97"],
+     "--cpus-per-node", "node_cpus is 96"),
+    ("node-cores-is-node-cpus", None, "base: jureca-dc\nnode_cores: 128\n", [], "node_cores",
+     "128"),
+    ("bad-memory", None, "base: lumi-g\nmem: 480GB\n", [], "mem", "'480GB'"),
+    ("two-memories", None, "mem: 4G\nmem_per_gpu: 1G\ngpus_per_node: 1\n", [], "mem_per_gpu",
+     "4G"),
+    ("memory-per-gpu-without-gpus", None, "mem_per_gpu: 60G\n", [], "slurm.mem_per_gpu",
+     "60G"),
+    ("bad-partition-memory", None, "partitions: {p: {mem_per_gpu: lots}}\n", [],
+     "partitions.p.mem_per_gpu", "'lots'"),
     ("bad-gres-form", None, "gpu_option: gpu\n", [], "gpu_option", "'gpu'"),
     ("bad-suffix", None, "hostname_suffix: i.ib\n", [], "hostname_suffix", "'i.ib'"),
     ("bad-env-name", None, "env: {1NCCL: x}\n", [], "env.1NCCL", "'1NCCL'"),

@@ -99,20 +99,20 @@ def test_module_is_lmod_and_the_site_python_hides_the_venv(slurm: SlurmTestClust
     # Run outside the checkout, so that `import hpo` cannot come from the working directory.
     text = _batch(slurm, f"""#!/bin/bash
 echo "module: $(type -t module)"
-module load Stages/2025 GCC OpenMPI CUDA/12 cuDNN Python
+module load Stages/2026 GCCcore/14.3.0 Python/3.13.5 CUDA/13
 echo "loaded: $LOADEDMODULES"
 echo "python: $(which python)"
 python -c "import hpo" 2>&1 | tail -n 1
 source {VENV}/bin/activate
 python -c "import hpo; print('hpo imported')"
 module purge
-module load LUMI/24.03 partition/G
+module load LUMI/25.03 partition/G cray-python
 echo "lumi python3: $(which python3)"
 python3 -c "import hpo" 2>&1 | tail -n 1
 """)
     site_bin = slurm.root / "site-python" / "bin"
     assert "module: function" in text, text
-    assert "loaded: Stages/2025:GCC:OpenMPI:CUDA/12:cuDNN:Python" in text, text
+    assert "loaded: Stages/2026:GCCcore/14.3.0:Python/3.13.5:CUDA/13" in text, text
     assert f"python: {site_bin / 'python'}" in text and (site_bin / "python").resolve() == (
         SITE_PYTHON.resolve()), text
     # the venv activated after the modules wins; activated before LUMI's, it is hidden

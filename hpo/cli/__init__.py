@@ -222,12 +222,19 @@ def report(experiment_dir: Path, output: Path | None = typer.Option(
 @app.command()
 @guarded
 def doctor(interface: str | None = typer.Option(
-        None, help="Network interface for Ray (e.g. ib0), as slurm.interface.")) -> None:
+        None, help="Network interface for Ray (e.g. ib0), as slurm.interface."),
+        site: str | None = typer.Option(
+            None, "--site", help="Also check a site profile (built-in name or file): its "
+            "modules in a clean login shell, and RCCL's network plugin on AMD GPUs.")) -> None:
     """What this installation can run: versions, GPUs, Horovod operations (Gloo/NCCL/MPI), and
     the address, ports and GPUs a Slurm job would use on this node."""
     from hpo.cli.doctor import diagnose
 
-    rows = diagnose(interface)
+    if site is not None:  # a bad name or file: one line and exit 2, before any check runs
+        from hpo.spec.slurm import SlurmSettings, merged_settings
+
+        merged_settings(SlurmSettings(), site, {}, "--site")
+    rows = diagnose(interface, site)
     for what, finding, fine in rows:
         out.print(f"{'ok ' if fine else 'NO '} {what:<18} {finding}", highlight=False,
                   markup=False, soft_wrap=True)

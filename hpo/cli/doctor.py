@@ -75,25 +75,42 @@ def _horovod_ray() -> list[Row]:
     return [("horovod.ray", "RayExecutor importable", True)]
 
 
-def _cluster(interface: str | None) -> list[Row]:
-    """What `hpo slurm run` would choose on this node (job, nodes, address, ports, CPUs, GPUs);
-    an address other nodes cannot reach, or a step bound to fewer CPUs than the job holds,
-    is not fine."""
+def _cluster(interface: str | None, site: str | None = None) -> list[Row]:
+    """What `hpo slurm run` would choose on this node (job, nodes, address, ports, CPUs, GPUs),
+    with the site profile's interface and hostname suffix when one is named; an address other
+    nodes cannot reach, or a step bound to fewer CPUs than the job holds, is not fine."""
     from hpo.cluster.node_report import node_checks
 
-    return node_checks(interface=interface)
+    suffix = ""
+    if site is not None:
+        from hpo.spec.slurm import SlurmSettings, merged_settings
+
+        settings = merged_settings(SlurmSettings(), site, {}, "--site")
+        interface, suffix = interface or settings.interface, settings.hostname_suffix
+    return node_checks(interface=interface, suffix=suffix)
 
 
-def diagnose(interface: str | None = None) -> list[Row]:
+def _site(site: str) -> list[Row]:
+    """The site profile's modules in a clean login shell; RCCL's plugin on AMD GPUs."""
+    from hpo.cli.doctor_site import site_rows
+
+    return site_rows(site)
+
+
+def diagnose(interface: str | None = None, site: str | None = None) -> list[Row]:
     """Every check's rows; a check that crashes is reported as a failed row, not raised."""
     checks: list[Callable[[], list[Row]]] = [
         _packages, _ray_patches, _torch, _gpu, _horovod, _horovod_ray,
-        functools.partial(_cluster, interface)]
+        functools.partial(_cluster, interface, site)]
+    if site is not None:
+        checks.append(functools.partial(_site, site))
     rows: list[Row] = []
     for check in checks:
         try:
             rows.extend(check())
         except Exception as exc:  # a broken install must still get a report
-            name = getattr(check, "__name__", "cluster").strip("_")
+            name = getattr(check, "__name__", None) or getattr(
+                getattr(check, "func", None), "__name__", "check")
+            name = name.strip("_")
             rows.append((name, f"check failed: {exc}", False))
     return rows

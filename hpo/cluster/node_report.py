@@ -27,14 +27,15 @@ def node_report(env: Mapping[str, str] | None = None,
 
 
 def node_checks(env: Mapping[str, str] | None = None, interface: str | None = None,
-                usable: int | None = None) -> list[Finding]:
+                usable: int | None = None, suffix: str = "") -> list[Finding]:
     """node_report's findings, each marked fine or not: inside a Slurm job, a Ray address
     other nodes cannot reach, or fewer usable CPUs (the affinity mask) than the job holds
-    here, is not fine. `usable` defaults to this process's affinity mask."""
+    here, is not fine. `usable` defaults to this process's affinity mask; `suffix` is the
+    site's hostname_suffix."""
     env = os.environ if env is None else env
     findings, job_id = _job(env)
     try:
-        findings.append(("ray address", node_address(interface), True))
+        findings.append(("ray address", node_address(interface, suffix=suffix), True))
     except HpoError as exc:  # only a Slurm job's Ray needs other nodes to reach it
         findings.append(("ray address", f"unreachable from other nodes: {exc}", job_id == "0"))
     findings.insert(len(findings) - 1,

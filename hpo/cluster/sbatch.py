@@ -55,6 +55,8 @@ def sbatch_options(name: str, s: SlurmSettings) -> list[str]:
     if s.gpus_per_node:
         options.append(f"--gres=gpu:{s.gpus_per_node}" if s.gpu_option == "gres"
                        else f"--gpus-per-node={s.gpus_per_node}")
+    if s.memory_option is not None:
+        options.append(s.memory_option)
     options.append(f"--time={s.time}")
     options += [f"--{key}={value}" for key, value in
                 (("partition", s.partition), ("account", s.account)) if value]

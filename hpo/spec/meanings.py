@@ -76,7 +76,9 @@ MEANINGS: dict[str, str] = {
     "slurm.account": "Slurm account to charge; null: your default.",
     "slurm.startup_timeout_s": "How long every node has to join Ray before the job fails, "
                                "naming those that did not.",
-    "slurm.node_cores": "CPU cores one node has.",
+    "slurm.node_cpus": "CPUs one node has, as Slurm counts them.",
+    "slurm.mem": "Memory per node (`--mem`).",
+    "slurm.mem_per_gpu": "Memory per GPU (`--mem-per-gpu`).",
     "tracking.mlflow": "Log each trial as an MLflow run; null: no MLflow.",
     "tracking.wandb": "Log each trial as a W&B run; null: no W&B.",
     "slurm.cpus_per_node": "CPUs asked for per node (the `--cpus-per-task` of its one task).",

@@ -27,6 +27,8 @@ from hpo.spec.site import site_layers
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 _HOST_SUFFIX = re.compile(r"^[A-Za-z0-9-]*$")
+# Slurm's memory sizes: a whole number, megabytes unless K, M, G or T follows ("0": all of it)
+_MEMORY = re.compile(r"^\d+[KMGT]?$")
 # Rendered as export NAME="VALUE": $VARS expand, nothing else may leave the quotes.
 _ENV_UNSAFE = ('"', "\\", "`", "\n")
 
@@ -48,11 +50,20 @@ def time_seconds(value: str) -> int:
     return int(first) * 60 + int(second or 0)  # MM[:SS]
 
 
+def _check_memory(field: str, value: str | None) -> None:
+    if value is not None and not _MEMORY.match(value):
+        raise FieldProblem(field, f"not a Slurm memory size: {value!r}",
+                           "write a whole number with K, M, G or T, e.g. 60G (0: all of it)")
+
+
 class PartitionLimits(Strict):
-    """What a site's partition enforces (site profiles): checked at render, never asked for."""
+    """What a site's partition enforces (site profiles), checked at render, and the memory
+    the site asks jobs there to request (asked for unless the job names its own)."""
 
     max_time: str | None = None  # the partition's MaxTime: a longer job is refused
     whole_nodes: bool = False  # every node is billed whole, whatever the job asks for
+    mem: str | None = None  # --mem=SIZE asked for here, unless slurm.mem(_per_gpu) is set
+    mem_per_gpu: str | None = None  # --mem-per-gpu=SIZE (GPU jobs), likewise
 
     @model_validator(mode="after")
     def _readable(self) -> PartitionLimits:
@@ -62,6 +73,11 @@ class PartitionLimits(Strict):
             except ValueError:
                 raise FieldProblem("max_time", f"not a Slurm time limit: {self.max_time!r}",
                                    "write HH:MM:SS or D-HH:MM:SS, e.g. 2-00:00:00") from None
+        _check_memory("mem", self.mem)
+        _check_memory("mem_per_gpu", self.mem_per_gpu)
+        if self.mem is not None and self.mem_per_gpu is not None:
+            raise FieldProblem("mem_per_gpu", "mem and mem_per_gpu are both set (Slurm takes "
+                               "one)", "keep one of them")
         return self
 
 
@@ -84,10 +100,12 @@ class SlurmSettings(Strict):
     dashboard: bool = False  # on the head, bound to 127.0.0.1 only
     startup_timeout_s: PositiveFloat = 180
     job_dir: str = "~/.hpo/jobs"  # per-job token and addresses (shared file system)
+    mem: str | None = None  # e.g. 480G; unset: the partition's, if any
+    mem_per_gpu: str | None = None  # e.g. 60G; unset: the partition's, if any
     sbatch: list[str] = Field(default_factory=list)  # extra options, e.g. "--qos=normal"
     # What one node of the machine has (site profiles): checked against, never asked for.
     node_gpus: PositiveInt | None = None
-    node_cores: PositiveInt | None = None
+    node_cpus: PositiveInt | None = None  # scontrol show node's CPUTot: threads at JSC
     cpus_per_gpu: PositiveInt | None = None  # --cpus-per-task when cpus_per_node is unset
     gpu_option: Literal["gpus-per-node", "gres"] = "gpus-per-node"  # or --gres=gpu:N
     gpu_vendor: Literal["nvidia", "amd"] | None = None
@@ -109,6 +127,20 @@ class SlurmSettings(Strict):
         return None
 
     @property
+    def memory_option(self) -> str | None:
+        """The memory to ask for: slurm.mem or mem_per_gpu, else the partition's (its
+        mem_per_gpu only when the job asks for GPUs)."""
+        if self.mem is not None:
+            return f"--mem={self.mem}"
+        if self.mem_per_gpu is not None:
+            return f"--mem-per-gpu={self.mem_per_gpu}"
+        if self.limits.mem is not None:
+            return f"--mem={self.limits.mem}"
+        if self.limits.mem_per_gpu is not None and self.gpus_per_node:
+            return f"--mem-per-gpu={self.limits.mem_per_gpu}"
+        return None
+
+    @property
     def limits(self) -> PartitionLimits:
         """The chosen partition's limits as the site knows them (none if unknown)."""
         return self.partitions.get(self.partition or "", PartitionLimits())
@@ -123,6 +155,16 @@ class SlurmSettings(Strict):
                 f"{self.node_gpus} GPUs per node are asked for, {self.node_gpus} are paid for. "
                 f"Hint: --gpus-per-node {self.node_gpus}, or a partition that shares nodes")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _node_cpus_not_cores(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "node_cores" in data:
+            raise FieldProblem("node_cores", f"unknown key 'node_cores' (got "
+                               f"{data['node_cores']!r})", "write node_cpus: the node's CPUs "
+                               "as Slurm counts them (scontrol show node, CPUTot; hardware "
+                               "threads where SMT is on, as at JSC)")
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> SlurmSettings:
         self._check_time()
@@ -136,7 +178,16 @@ class SlurmSettings(Strict):
                                f"{self.hostname_suffix!r}", "letters, digits and - only, e.g. i")
         self._check_env()
         self._check_gpu_cores()
+        self._check_memory()
         return self
+
+    def _check_memory(self) -> None:
+        _check_memory("mem", self.mem)
+        _check_memory("mem_per_gpu", self.mem_per_gpu)
+        if self.mem is not None and self.mem_per_gpu is not None:
+            raise FieldProblem("mem_per_gpu", f"mem ({self.mem}) and mem_per_gpu "
+                               f"({self.mem_per_gpu}) are both set (Slurm takes one)",
+                               "keep one of them")
 
     def _check_gpu_cores(self) -> None:
         for i, cpus in enumerate(self.gpu_cores):
@@ -179,10 +230,11 @@ class SlurmSettings(Strict):
                                f"got {self.gpus_per_node}",
                                "lower gpus_per_node, or raise node_gpus if your nodes have more")
         cpus = self.cpus_per_task
-        if self.node_cores is not None and cpus is not None and cpus > self.node_cores:
+        if self.node_cpus is not None and cpus is not None and cpus > self.node_cpus:
             field = "cpus_per_node" if self.cpus_per_node is not None else "cpus_per_gpu"
-            raise FieldProblem(field, f"asks {cpus} CPUs per node but node_cores is "
-                               f"{self.node_cores}", f"lower {field}")
+            raise FieldProblem(field, f"asks {cpus} CPUs per node but node_cpus is "
+                               f"{self.node_cpus}", f"lower {field} (CPUs as Slurm counts "
+                               "them: scontrol show node, CPUTot)")
 
 
 def merged_settings(spec_slurm: SlurmSettings, site: str | Path | None,
@@ -196,7 +248,12 @@ def merged_settings(spec_slurm: SlurmSettings, site: str | Path | None,
     _merge(data, spec_slurm.model_dump(exclude_unset=True))
     given = {k: v for k, v in options.items() if v is not None}
     _merge(data, given)
-    return _validated(data, source, prefix="slurm", options=set(given))
+    settings = _validated(data, source, prefix="slurm", options=set(given))
+    # Only the merged settings know the job's GPUs (a layer may leave them to another).
+    if settings.mem_per_gpu is not None and not settings.gpus_per_node:
+        raise ConfigError(source, "slurm.mem_per_gpu", f"{settings.mem_per_gpu} per GPU, but "
+                          "the job asks for no GPUs", "set slurm.mem instead, or gpus_per_node")
+    return settings
 
 
 def _merge(data: dict[str, Any], layer: dict[str, Any]) -> None:

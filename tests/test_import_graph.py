@@ -154,3 +154,16 @@ def test_the_checks_catch_an_upward_import(edge: tuple[str, str]) -> None:
     graph[source].add(target)
     assert _upward(graph) == [f"{source} -> {target}"]
     assert _cycles(graph) != []  # the target already reaches the source
+
+
+def test_the_driver_and_the_adapters_stay_small_rooms() -> None:
+    """No folder of the driver or of the adapters holds more than 12 modules flat, and no
+    module there is over 300 lines: a newcomer sees each room whole."""
+    rooms = [PACKAGE / "driver", PACKAGE / "ray_adapters"]
+    folders = [f for room in rooms for f in [room, *room.rglob("*")]
+               if f.is_dir() and f.name != "__pycache__"]
+    crowded = {str(f.relative_to(PACKAGE)): n for f in folders
+               if (n := len(list(f.glob("*.py")))) > 12}
+    long = {str(p.relative_to(PACKAGE)): n for room in rooms for p in room.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 300}
+    assert crowded == {} and long == {}

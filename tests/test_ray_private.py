@@ -227,7 +227,7 @@ def test_the_override_check_catches_an_unlisted_one() -> None:
 
 def _inherited_private_state(cls: type) -> set[str]:
     """Each `self._name` in hpo's code of cls that Ray's bases define or assign."""
-    from hpo.ray_adapters.tune_guards import sets_or_defines
+    from hpo.ray_adapters.reading import sets_or_defines
 
     names = set()
     for own in cls.__mro__:
@@ -239,7 +239,8 @@ def _inherited_private_state(cls: type) -> set[str]:
 def test_every_private_attribute_inherited_from_ray_is_listed() -> None:
     """hpo's subclasses also read and set Ray's private attributes: hpo.ray_adapters.tune_guards
     lists each (and checks Ray still sets it)."""
-    from hpo.ray_adapters.tune_guards import INHERITED_STATE, OVERRIDDEN_HOOKS, ray_class
+    from hpo.ray_adapters.reading import ray_class
+    from hpo.ray_adapters.tune_guards import INHERITED_STATE, OVERRIDDEN_HOOKS
 
     hooks = {hook.name for hook in OVERRIDDEN_HOOKS}
     unlisted, used = [], set()
@@ -365,11 +366,11 @@ def test_an_attribute_ray_no_longer_sets_is_named(monkeypatch: pytest.MonkeyPatc
 
 def test_a_config_key_ray_does_not_name_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both adapters that set `_system_config` keys name one Ray's library lacks (one check,
-    hpo.ray_adapters.tune_guards.unknown_config_keys)."""
-    from hpo.ray_adapters import tune_guards
+    hpo.ray_adapters.reading.unknown_config_keys)."""
+    from hpo.ray_adapters import reading
     from hpo.ray_adapters.fast_start import fork_server, lean_head
 
-    assert tune_guards.unknown_config_keys(
+    assert reading.unknown_config_keys(
         ["raylet_client_num_connect_attempts", "raylet_client_num", "no_such_key"]) == [
         "raylet_client_num", "no_such_key"]  # a name's head is not the name
     monkeypatch.setattr(lean_head, "NODE_CONFIG",

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from hpo.cluster.slurm_env import usable_cores
-from hpo.ray_adapters.tune_guards import method_params, replaced, sets_or_defines
+from hpo.ray_adapters.reading import method_params, replaced, sets_or_defines
 
 
 def start_cap(per_core: int = 1) -> int:

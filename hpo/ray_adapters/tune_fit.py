@@ -40,8 +40,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from hpo.ray_adapters.reading import method_params, replaced, sets_or_defines
 from hpo.ray_adapters.tune_actors import cached_actors_to_waiting_trials, staggered_actor_starts
-from hpo.ray_adapters.tune_guards import method_params, replaced, sets_or_defines
 
 
 @contextlib.contextmanager

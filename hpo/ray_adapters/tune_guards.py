@@ -48,13 +48,17 @@ Ray is imported only when one of these is called.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
-import re
-import subprocess
-from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
+
+from hpo.ray_adapters.reading import (
+    method_params,
+    ray_class,
+    replaced,
+    sets_or_defines,
+    source_of,
+)
 
 # What a handler of actor errors is given: the trial, the RayActorError, and Tune's own
 # handling (count it), to call for a death it does not forgive.
@@ -88,50 +92,9 @@ INHERITED_STATE = (  # (where Ray defines it: module.Class, the attribute)
 )
 
 
-def ray_class(path: str) -> type:
-    """A Ray class by its module.Class path."""
-    module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
-
-
-def sets_or_defines(cls: type, name: str) -> bool:
-    """Whether a class's own code (its MRO's, not hpo's) defines `name` or assigns self.name."""
-    # also `self.x: T = ...`, the annotation over a few lines
-    assigned = re.compile(rf"self\.{name}\s*(?::[^=\n]*(?:\n[^=\n]*){{0,3}})?=[^=]")
-    return any(name in vars(base) or assigned.search(source_of(base))
-               for base in cls.__mro__ if base.__module__.split(".")[0] == "ray")
-
-
-def source_of(cls: type) -> str:
-    """A class's source (empty where it has none)."""
-    try:
-        return inspect.getsource(cls)
-    except (OSError, TypeError):
-        return ""
-
-
 def hook_class(hook: Hook) -> type:
     """The Ray class that defines the hook."""
     return ray_class(hook.cls)
-
-
-@contextlib.contextmanager
-def replaced(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
-    """While the block runs, owner.name is wrap(the original); the original after."""
-    original = getattr(owner, name)
-    setattr(owner, name, wrap(original))
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
-
-
-def command_prefixed(arg: str, flag: str, prefix: list[str]) -> str:
-    """A raylet argument `flag`<command> (services.start_raylet's agent commands, a
-    list2cmdline) with `prefix` run before that command; any other argument as it is."""
-    if not arg.startswith(flag):
-        return arg
-    return flag + subprocess.list2cmdline(prefix) + " " + arg[len(flag):]
 
 
 @contextlib.contextmanager
@@ -222,17 +185,6 @@ def kept_checkpoint_rows(trial: Any) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: int(row.get("training_iteration", 0)))
 
 
-def unknown_config_keys(keys: Iterable[str]) -> list[str]:
-    """Those of these `_system_config` keys that the installed Ray's library does not name
-    (an unknown key fails the node's start). Ray's config names are NUL-ended strings in
-    _raylet.so; a string of another use may match too, so this only catches a name gone from
-    Ray: the tests that start a node with these keys are the real check."""
-    import ray._raylet
-
-    names = Path(ray._raylet.__file__).read_bytes()
-    return [key for key in keys if key.encode() + b"\0" not in names]
-
-
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
     return actor_error_gaps() + snapshot_gaps() + history_gaps()
@@ -303,11 +255,6 @@ def _trial_folder_gaps() -> list[str]:
         for name in properties)
     return [] if there else ["Trial.storage.{trial_dir_name, trial_driver_staging_path, "
                              "trial_fs_path, storage_filesystem}"]
-
-
-def method_params(cls: type, name: str) -> list[str]:
-    method = inspect.getattr_static(cls, name, None)
-    return list(inspect.signature(method).parameters) if inspect.isfunction(method) else []
 
 
 def _hook_gap(hook: Hook) -> str | None:

@@ -1,5 +1,4 @@
-"""A full, over-quota, read-only or failing experiment file system: one line and a resumable
-folder.
+"""A full, over-quota, read-only or failing experiment file system: one line, a resumable folder.
 
 A storage fault is a failed write of the experiment itself: the driver's own (Tune's experiment
 snapshot and its sync into the folder, the loggers' result rows, hpo.log, the tracking store)

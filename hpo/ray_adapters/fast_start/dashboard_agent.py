@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.ray_adapters.tune_guards import command_prefixed, replaced, sets_or_defines
+from hpo.ray_adapters.reading import command_prefixed, replaced, sets_or_defines
 
 AGENT_COMMAND = "--dashboard_agent_command="  # the raylet's argument
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from hpo.ray_adapters.fast_start import dashboard_agent, runtime_env
-from hpo.ray_adapters.tune_guards import replaced, source_of, unknown_config_keys
+from hpo.ray_adapters.reading import replaced, source_of, unknown_config_keys
 
 _LEAN = {"no_monitor": True, "include_log_monitor": False}
 _API_SERVER_PARAMS = ("self", "include_dashboard", "raise_on_failure")

@@ -43,7 +43,7 @@ from typing import Any
 
 from hpo.ray_adapters.fast_start import agent_gate
 from hpo.ray_adapters.fast_start.fork_server import environ_of
-from hpo.ray_adapters.tune_guards import command_prefixed, replaced
+from hpo.ray_adapters.reading import command_prefixed, replaced
 
 AGENT_COMMAND = "--runtime_env_agent_command="  # the raylet's argument (gated by lean_head)
 # Tune's DEFAULT_ENV_VARS, which the embedded Ray's raylet (and so each worker) is given.

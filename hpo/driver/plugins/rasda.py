@@ -11,11 +11,10 @@ needs, and it offers paused trials only after pending ones (FIFO order). Here th
 a value (hpo.driver.plugins.rasda_decision.decide) and this class only applies it: a trial
 grows when the cluster can place it now, else it runs on with its growth due while new trials
 are held back (hpo.driver.plugins.rasda_gate) and Tune keeps few trials pending, so freed
-devices wait for it, for about one iteration at most. Every reach into Ray's private parts is in
-hpo.ray_adapters.tune_rasda.
-Inside Slurm, a `guard` (hpo.driver.guards.walltime) keeps a promoted trial from starting a rung
-that cannot finish before the allocation ends: it is held on its rung's checkpoint, and when
-only held trials are left the run stops for the requeue.
+devices wait for it, for about one iteration at most. Its reaches below Ray's public API are in
+hpo.ray_adapters.tune_rasda. Inside Slurm, a `guard` (hpo.driver.guards.walltime) keeps a
+promoted trial from starting a rung that cannot finish before the allocation ends: it is held
+on its rung's checkpoint; when only held trials are left the run stops for the requeue.
 """
 
 from __future__ import annotations

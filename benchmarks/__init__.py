@@ -185,15 +185,18 @@ def owner(section: str) -> Benchmark | None:
 
 
 def publish(args: argparse.Namespace, key: str, title: str, body: str) -> None:
-    """With --markdown: rewrite section `key` of that file with the title, the command that
-    produced it, the date, the machine, and the body (the figures)."""
+    """With --markdown: rewrite section `key` of that file with the command that produced it,
+    the date, the machine, and the body (the figures). The block holds no heading: `title`
+    becomes the heading above the start marker when the section is new, and stays as the
+    page has it after that, as does the reading below the end marker
+    (tests/test_benchmarks_doc.py)."""
     if not getattr(args, "markdown", None):
         return
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     took = (time.monotonic() - args.started) / 60
-    head = (f"## {title}\n\nCommand: `{args.command}` (run {when}, took {took:.1f} min). "
+    head = (f"Command: `{args.command}` (run {when}, took {took:.1f} min). "
             f"Machine: {machine()}; {versions()}.")
-    write_section(args.markdown, key, f"{head}\n\n{body.strip()}\n")
+    write_section(args.markdown, key, f"{head}\n\n{body.strip()}\n", heading=title)
     log(f"wrote the {key} section of {args.markdown}")
 
 
@@ -418,18 +421,21 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def write_section(path: Path, key: str, text: str) -> None:
-    """Put text between `<!-- key:start -->` and `<!-- key:end -->` in path (appended, with
-    the markers, when they are not there yet); the rest of the file is left alone."""
+def write_section(path: Path, key: str, text: str, heading: str | None = None) -> None:
+    """Put text between `<!-- key:start -->` and `<!-- key:end -->` in path; the rest of the
+    file is left alone. Where the markers are not there yet the block is appended, under
+    `## heading` when one is given (the heading sits above the start marker, outside what
+    the next refresh replaces)."""
     begin, end = f"<!-- {key}:start -->", f"<!-- {key}:end -->"
     block = f"{begin}\n{text.rstrip()}\n{end}"
     old = path.read_text() if path.exists() else ""
-    if begin in old and end in old:
-        head, rest = old.split(begin, 1)
-        tail = rest.split(end, 1)[1]
-        new = head + block + tail
+    # markers count on a line of their own (a page may quote one in its prose)
+    found = re.search(rf"(?ms)^{re.escape(begin)}$.*?^{re.escape(end)}$", old)
+    if found:
+        new = old[:found.start()] + block + old[found.end():]
     else:
-        new = (old.rstrip() + "\n\n" if old.strip() else "") + block + "\n"
+        above = f"## {heading}\n\n" if heading else ""
+        new = (old.rstrip() + "\n\n" if old.strip() else "") + above + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(new)
 

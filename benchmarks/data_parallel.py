@@ -57,22 +57,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks import (
-    ROOT,
-    env_with_root,
-    hpo_run_command,
-    log,
-    machine,
-    md_table,
-    median,
-    publish,
-    result_rows,
-    run_timed,
-    run_when_quiet,
-    text_table,
-    versions,
-    wait_until_quiet,
-)
+import benchmarks as bench
 
 IMAGES = {"trainable": "trainables.images:train", "metric": "val_accuracy", "mode": "max"}
 
@@ -89,13 +74,13 @@ def _experiment(tmp: Path, name: str, constants: dict[str, Any], backend: str | 
                                "env": env or {}}
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
-    cmd = hpo_run_command(path, tmp / "results", name, cpus=2)
-    timed = run_when_quiet(cmd, env=env_with_root(),
-                           quiet_timeout=300, run_timeout=1800)
+    cmd = bench.hpo_run_command(path, tmp / "results", name, cpus=2)
+    timed = bench.run_when_quiet(cmd, env=bench.env_with_root(),
+                                 quiet_timeout=300, run_timeout=1800)
     if timed.returncode:
         raise SystemExit(f"{name} failed:\n{timed.stderr[-2000:]}")
-    rows = [row for trial in result_rows(tmp / "results" / name) for row in trial]
-    log(f"  {name}: {timed.wall_s:.1f}s wall, other CPU {timed.other_cpu_s:.1f}s")
+    rows = [row for trial in bench.result_rows(tmp / "results" / name) for row in trial]
+    bench.log(f"  {name}: {timed.wall_s:.1f}s wall, other CPU {timed.other_cpu_s:.1f}s")
     return rows, timed.wall_s
 
 
@@ -112,7 +97,7 @@ def scaling(tmp: Path, rounds: int) -> tuple[list[str], list[list[Any]]]:
                     row["time_this_iter_s"] for row in rows[1:])
     table = []
     for backend in ("horovod", "ddp"):
-        t1, t2 = median(epoch_s[(backend, 1)]), median(epoch_s[(backend, 2)])
+        t1, t2 = bench.median(epoch_s[(backend, 1)]), bench.median(epoch_s[(backend, 2)])
         table.append([backend, f"{t1:.2f}", f"{t2:.2f}", f"{t1 / (2 * t2):.2f}"])
     return ["backend", "epoch s, 1 rank", "epoch s, 2 ranks", "efficiency T1/(2 T2)"], table
 
@@ -192,27 +177,27 @@ def data_parallel(args: argparse.Namespace) -> list[Any]:
     sections = []
     with tempfile.TemporaryDirectory(prefix="hpo-bench-dp-") as tmp:
         for part in parts:
-            log(f"{part} ...")
+            bench.log(f"{part} ...")
             header, rows = {"scaling": lambda: scaling(Path(tmp), args.rounds),
                             "batch": lambda: batch_schedule(Path(tmp), args.batch_backend,
                                                             json.loads(args.batch_config)),
                             "startup": lambda: startup(Path(tmp), args.trials)}[part]()
-            log(text_table(header, rows))
+            bench.log(bench.text_table(header, rows))
             sections.append((part, header, rows))
     body = ["Horovod 0.28.1 (Gloo). Trainable: `trainables.images:train` (synthetic images); "
             "one thread per rank; each row is whole `hpo run`s of the real CLI."]
-    body += [f"\n**{part}**\n\n{md_table(header, rows)}" for part, header, rows in sections]
-    publish(args, "data-parallel", "Data-parallel trials", "\n".join(body))
+    body += [f"\n**{part}**\n\n{bench.md_table(header, rows)}" for part, header, rows in sections]
+    bench.publish(args, "data-parallel", "Data-parallel trials", "\n".join(body))
     return sections
 
 
 # ---------------------------------------------------------------- rank-reuse
 
 def reuse_run(tmp: Path, name: str, args: argparse.Namespace, backend: str,
-         reuse: bool) -> tuple[float, float]:
+              reuse: bool) -> tuple[float, float]:
     """One `hpo run`: (mean overhead of trials 2..N in s, others' CPU s meanwhile)."""
     gpus = 1 if args.device == "cuda" else 0
-    spec = {"name": name, "trainable": f"{ROOT}/benchmarks/trials.py:rank_trivial",
+    spec = {"name": name, "trainable": f"{bench.ROOT}/benchmarks/trials.py:rank_trivial",
             "metric": "loss",
             "mode": "min", "num_samples": args.trials, "max_concurrent": 1,
             "constants": {"device": args.device, "model": args.model},
@@ -220,9 +205,9 @@ def reuse_run(tmp: Path, name: str, args: argparse.Namespace, backend: str,
                             "cpus_per_worker": 1, "gpus_per_worker": gpus}}
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
-    env = env_with_root(HPO_RANK_REUSE="1" if reuse else "0")
-    timed = run_timed(hpo_run_command(path, tmp / "results", name, cpus=args.cpus), cwd=ROOT,
-                      env=env, timeout_s=1800)
+    env = bench.env_with_root(HPO_RANK_REUSE="1" if reuse else "0")
+    cmd = bench.hpo_run_command(path, tmp / "results", name, cpus=args.cpus)
+    timed = bench.run_timed(cmd, cwd=bench.ROOT, env=env, timeout_s=1800)
     if timed.returncode:
         raise SystemExit(f"{name} failed:\n{timed.stderr[-2000:]}")
     rows = [json.loads(result.read_text().splitlines()[0])
@@ -230,8 +215,8 @@ def reuse_run(tmp: Path, name: str, args: argparse.Namespace, backend: str,
     rows.sort(key=lambda row: row["start"])
     gaps = [row["start"] - before["end"] for before, row in zip(rows, rows[1:], strict=False)]
     pids = [row["rank_pid"] for row in rows]
-    log(f"  {name}: {timed.wall_s:.1f}s wall, gaps {[round(gap, 2) for gap in gaps]}, "
-        f"rank 0 pids {pids}, others' CPU {timed.other_cpu_s:.0f}s")
+    bench.log(f"  {name}: {timed.wall_s:.1f}s wall, gaps {[round(gap, 2) for gap in gaps]}, "
+              f"rank 0 pids {pids}, others' CPU {timed.other_cpu_s:.0f}s")
     if reuse and len(set(pids)) != 1:
         raise SystemExit(f"FAIL: {name}: the warm {args.device} ranks were not reused: rank 0 "
                          f"ran in processes {pids} (one pid expected). A rank is handed on only "
@@ -269,14 +254,14 @@ def rank_reuse(args: argparse.Namespace) -> list[list[str]]:
                     others.append(other)
     rows = []
     for backend in backends:
-        warm, cold = median(overheads[backend, True]), median(overheads[backend, False])
+        warm, cold = bench.median(overheads[backend, True]), bench.median(overheads[backend, False])
         rows.append([backend, f"{cold:.2f}", f"{warm:.2f}", f"{cold / warm:.1f}x"])
-    where = machine()  # names the GPU too, where torch sees one
-    log(f"\n{where}; {versions()}; {args.trials} trials per run, {args.rounds} rounds "
-        f"(medians); others' CPU per run: {min(others):.0f}-{max(others):.0f} s")
-    log(text_table([f"{args.workers} {args.device} ranks", "s per more trial, new ranks",
-                    "with warm ranks", "less"], rows))
-    log(f"PASS: every run with reuse on reused its warm {args.device} ranks")
+    where = bench.machine()  # names the GPU too, where torch sees one
+    bench.log(f"\n{where}; {bench.versions()}; {args.trials} trials per run, {args.rounds} rounds "
+              f"(medians); others' CPU per run: {min(others):.0f}-{max(others):.0f} s")
+    bench.log(bench.text_table([f"{args.workers} {args.device} ranks",
+                                "s per more trial, new ranks", "with warm ranks", "less"], rows))
+    bench.log(f"PASS: every run with reuse on reused its warm {args.device} ranks")
     return rows
 
 
@@ -341,16 +326,16 @@ def run_variant(args: argparse.Namespace, tmp: Path, name: str,
         spec["resources"] = {"cpus_per_trial": args.cpus, "gpus_per_trial": gpus}
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
-    wait_until_quiet(timeout_s=args.quiet_timeout, log=log)
-    done = run_timed(hpo_run_command(path, tmp / "runs", name,
-                                     cpus=max(args.cpus * args.ranks, 1)),
-                     cwd=ROOT, env=env_with_root(), timeout_s=3600)
+    bench.wait_until_quiet(timeout_s=args.quiet_timeout, log=bench.log)
+    done = bench.run_timed(bench.hpo_run_command(path, tmp / "runs", name,
+                                                 cpus=max(args.cpus * args.ranks, 1)),
+                           cwd=bench.ROOT, env=bench.env_with_root(), timeout_s=3600)
     if done.returncode:
         raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
-    (trial,) = result_rows(tmp / "runs" / name)
+    (trial,) = bench.result_rows(tmp / "runs" / name)
     rows = [{**row, "other_cpu_s": done.other_cpu_s} for row in trial]
-    log(f"  {name}: F1 " + " ".join(f"{r['val_f1_micro']:.3f}" for r in rows)
-        + f"; {rows[-1]['time_total_s']:.1f} s; other CPU {done.other_cpu_s:.1f} s")
+    bench.log(f"  {name}: F1 " + " ".join(f"{r['val_f1_micro']:.3f}" for r in rows)
+              + f"; {rows[-1]['time_total_s']:.1f} s; other CPU {done.other_cpu_s:.1f} s")
     return rows
 
 
@@ -428,15 +413,16 @@ def adaptive_batch(args: argparse.Namespace) -> list[list[Any]]:
             config = {**base, **overrides}
             runs.append((config, run_variant(args, Path(tmp), f"variant-{index}", config)))
     header, rows, target = table(base, runs)
-    print(text_table(header, rows))
+    print(bench.text_table(header, rows))
     ranks = f", {args.ranks} DDP ranks" if args.ranks > 1 else ""
     section = f"adaptive-batch-{args.device}" + (f"-ddp{args.ranks}" if ranks else "")
-    publish(args, section, f"Adaptive batch against a fixed small batch ({args.device}{ranks})",
-            "\n".join([
+    bench.publish(args, section,
+                  f"Adaptive batch against a fixed small batch ({args.device}{ranks})",
+                  "\n".join([
             f"Workload: `trainables.images` with `{json.dumps(base)}`, {args.cpus} CPU(s) per "
             f"{'rank' if ranks else 'trial'}. Target: the fixed run's best micro-F1 minus "
             f"{100 * TARGET_DROP:.1f} points = {target:.3f}; times are the trial's own clock.",
-            "", md_table(header, rows), "", f"Verdict: {verdict(rows)}."]))
+            "", bench.md_table(header, rows), "", f"Verdict: {verdict(rows)}."]))
     print(f"speed-up to F1 {target:.3f} in epochs: " + ", ".join(row[8] for row in rows[1:])
           + "; in seconds: " + ", ".join(row[9] for row in rows[1:]))
     print(verdict(rows))
@@ -468,12 +454,12 @@ def standalone_child(config: dict[str, Any], threads: int) -> None:
 
 
 def run_standalone(config: dict[str, Any], args: argparse.Namespace) -> tuple[list[dict], float]:
-    env = env_with_root()
+    env = bench.env_with_root()
     if args.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     cmd = [sys.executable, "-m", "benchmarks", "trial-vs-standalone", "--child",
            json.dumps(config), "--cpus", str(args.cpus)]
-    timed_run = run_timed(cmd, cwd=ROOT, env=env, timeout_s=args.timeout)
+    timed_run = bench.run_timed(cmd, cwd=bench.ROOT, env=env, timeout_s=args.timeout)
     if timed_run.returncode:
         raise SystemExit(f"standalone failed:\n{timed_run.stderr[-3000:]}")
     return json.loads(timed_run.stdout.strip().splitlines()[-1]), timed_run.other_cpu_s
@@ -481,18 +467,18 @@ def run_standalone(config: dict[str, Any], args: argparse.Namespace) -> tuple[li
 
 def run_hpo(config: dict[str, Any], args: argparse.Namespace, tmp: Path,
             name: str) -> tuple[list[dict], float, float]:
-    spec = {"name": name, "trainable": f"{ROOT}/benchmarks/trials.py:timed_epochs",
+    spec = {"name": name, "trainable": f"{bench.ROOT}/benchmarks/trials.py:timed_epochs",
             "metric": "val_accuracy", "mode": "max", "constants": config,
             "resources": {"cpus_per_trial": args.cpus,
                           "gpus_per_trial": 1 if args.device == "cuda" else 0}}
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
-    cmd = hpo_run_command(path, tmp / "runs", name, cpus=args.cpus)
-    timed_run = run_timed(cmd, cwd=ROOT, env=env_with_root(),
-                          timeout_s=args.timeout)
+    cmd = bench.hpo_run_command(path, tmp / "runs", name, cpus=args.cpus)
+    timed_run = bench.run_timed(cmd, cwd=bench.ROOT, env=bench.env_with_root(),
+                                timeout_s=args.timeout)
     if timed_run.returncode:
         raise SystemExit(f"hpo run failed:\n{timed_run.stderr[-3000:]}")
-    (rows,) = result_rows(tmp / "runs" / name)
+    (rows,) = bench.result_rows(tmp / "runs" / name)
     return rows, timed_run.wall_s, timed_run.other_cpu_s
 
 
@@ -506,7 +492,7 @@ def measure(args: argparse.Namespace, config: dict[str, Any], tmp: Path, side: s
     """One side's run, repeated (up to 3 times) while other processes disturb it: its rows,
     the other processes' CPU seconds, the hpo run's wall, and the runs thrown away."""
     for tries in range(3):
-        wait_until_quiet(timeout_s=args.quiet_timeout, log=log)  # others' load is drift
+        bench.wait_until_quiet(timeout_s=args.quiet_timeout, log=bench.log)  # others' load is drift
         wall = None
         if side == "hpo":
             rows, wall, other = run_hpo(config, args, tmp, f"{name}-{tries}")
@@ -514,7 +500,7 @@ def measure(args: argparse.Namespace, config: dict[str, Any], tmp: Path, side: s
             rows, other = run_standalone(config, args)
         if other <= args.max_other_cpu:
             break
-        log(f"  {name} {side}: other processes used {other:.1f} CPU s; measuring again")
+        bench.log(f"  {name} {side}: other processes used {other:.1f} CPU s; measuring again")
     return rows, other, wall, tries
 
 
@@ -536,7 +522,7 @@ def rounds(args: argparse.Namespace, config: dict[str, Any], tmp: Path) -> dict[
             got["threads"] |= {row["threads"] for row in rows}
             got["device"] |= {row["device"] for row in rows}
             got["other"].append(other)
-            log(f"  round {index} {side}: epochs " + ", ".join(
+            bench.log(f"  round {index} {side}: epochs " + ", ".join(
                 f"{t:.3f}" for t in got["epoch"][-1]) + f" s (other CPU {other:.1f} s)")
     return {"sides": sides, "walls": walls, "dropped": dropped}
 
@@ -561,7 +547,7 @@ def summarise(args: argparse.Namespace, config: dict[str, Any], found: dict[str,
     ratio = statistics.median(quiet)
     wall, compute = statistics.median(w for w, _ in found["walls"]), statistics.median(
         c for _, c in found["walls"])
-    table = text_table(header, rows)
+    table = bench.text_table(header, rows)
     print(table)
     summary = (f"hpo/standalone speed {ratio:.3f} (median of {len(quiet)} undisturbed rounds; "
                f"epoch {med['hpo']:.3f} s in hpo vs {med['standalone']:.3f} s standalone; "
@@ -576,10 +562,10 @@ def summarise(args: argparse.Namespace, config: dict[str, Any], found: dict[str,
         + ", ".join(f"{r:.3f}" for r in per_round) + f"). Whole `hpo run` wall {wall:.1f} s "
         f"for {compute:.1f} s of trial time (median). Runs measured again because other "
         f"processes used more than {args.max_other_cpu:g} CPU s meanwhile: {found['dropped']}.",
-        "", md_table(header, rows)])
-    publish(args, f"trial-vs-standalone-{args.device}-{args.cpus}cpu",
-            f"A trial against the same trainable standalone ({args.device}, {args.cpus} CPU)",
-            markdown)
+        "", bench.md_table(header, rows)])
+    bench.publish(args, f"trial-vs-standalone-{args.device}-{args.cpus}cpu",
+                  f"A trial against the same trainable standalone ({args.device}, {args.cpus} CPU)",
+                  markdown)
     return summary
 
 

@@ -50,20 +50,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks import (
-    ROOT,
-    env_with_root,
-    hpo_run_command,
-    log,
-    machine,
-    md_table,
-    median,
-    publish,
-    run_when_quiet,
-    text_table,
-    trial_start,
-    versions,
-)
+import benchmarks as bench
 
 
 def rasda_flags(parser: argparse.ArgumentParser) -> None:
@@ -119,7 +106,7 @@ def result_times(rows: list[dict[str, Any]]) -> list[float]:
     so a trial's start lies in [timestamp - time_total_s, +1) for every result; a trial that
     paused and resumed (time_total_s leaves the pause out) or has no consistent start gets
     timestamp + 0.5 (good to 0.5 s)."""
-    began = trial_start(rows)
+    began = bench.trial_start(rows)
     if began is None:
         return [r["timestamp"] + 0.5 for r in rows]
     return [began[0] + r["time_total_s"] for r in rows]
@@ -131,9 +118,9 @@ def measure(tmp: Path, variant: str, name: str, args: argparse.Namespace) -> dic
 
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec(variant, name, args.max_concurrent)))
-    cmd = hpo_run_command(path, tmp / "runs", name, cpus=2)
-    env = env_with_root()
-    timed = run_when_quiet(cmd, env=env, quiet_timeout=args.quiet_timeout, run_timeout=1800)
+    cmd = bench.hpo_run_command(path, tmp / "runs", name, cpus=2)
+    env = bench.env_with_root()
+    timed = bench.run_when_quiet(cmd, env=env, quiet_timeout=args.quiet_timeout, run_timeout=1800)
     if timed.returncode:
         raise SystemExit(f"{name} failed (rc {timed.returncode}):\n{timed.stderr[-3000:]}")
     events, rank_s, iters, relayed = [], 0.0, {}, False
@@ -147,8 +134,8 @@ def measure(tmp: Path, variant: str, name: str, args: argparse.Namespace) -> dic
             events.append((when - timed.start_epoch, float(row[METRIC]), ranks))
             rank_s += float(row["time_this_iter_s"]) * ranks
             iters.setdefault(ranks, []).append(float(row["time_this_iter_s"]))
-    log(f"  {name}: {timed.wall_s:.1f} s wall, {len(events)} results, other CPU "
-        f"{timed.other_cpu_s:.1f} s ({timed.other_top})")
+    bench.log(f"  {name}: {timed.wall_s:.1f} s wall, {len(events)} results, other CPU "
+              f"{timed.other_cpu_s:.1f} s ({timed.other_top})")
     return {"variant": variant, "name": name, "wall_s": timed.wall_s, "command": " ".join(cmd),
             "other_cpu_s": timed.other_cpu_s, "events": sorted(events), "rank_s": rank_s,
             "iter_s": iters, "ranks_column": relayed}
@@ -197,12 +184,12 @@ def scaling(pairs: list[dict[str, dict[str, Any]]]) -> dict[int, float]:
     for pair in pairs:
         for ranks, times in pair["rasda"]["iter_s"].items():
             by_ranks.setdefault(int(ranks), []).extend(times)
-    return {ranks: median(times) for ranks, times in sorted(by_ranks.items())}
+    return {ranks: bench.median(times) for ranks, times in sorted(by_ranks.items())}
 
 
 def report(args: argparse.Namespace, pairs: list[dict[str, dict[str, Any]]]) -> str:
     rows = [pair_row(i, pair, args.target) for i, pair in enumerate(pairs)]
-    print(text_table(HEADER, rows))
+    print(bench.text_table(HEADER, rows))
     iters = scaling(pairs)
     per_rank = ", ".join(f"{r} rank(s): {s:.3f} s" for r, s in iters.items())
     relayed = all(pair["rasda"]["ranks_column"] for pair in pairs)
@@ -220,7 +207,7 @@ def report(args: argparse.Namespace, pairs: list[dict[str, dict[str, Any]]]) -> 
         "Rank-seconds: sum of time_this_iter_s x ranks over all results" +
         ("" if relayed else " (the RASDA results had no `ranks` column: n/a)") + ". "
         "Pairs run back to back, the order alternating.", "",
-        md_table(HEADER, rows), "",
+        bench.md_table(HEADER, rows), "",
         f"Median time_this_iter_s in the RASDA runs: {per_rank}.", "",
         "Exact commands of the first pair (temp paths vary):",
         *[f"- {v}: `{first[v]['command']}`" for v in VARIANTS]])
@@ -231,9 +218,9 @@ def rasda_hpo(args: argparse.Namespace) -> list[dict[str, dict[str, Any]]]:
         pairs = measure_pairs(args, Path(tmp))
     text = report(args, pairs)
     one = args.max_concurrent == 1
-    publish(args, "rasda-max-concurrent-1" if one else "rasda",
-            "RASDA vs ASHA: measured on this machine" + (", one trial at a time" if one else "")
-            + " (CPU, 1 -> 2 DDP ranks)", text)
+    bench.publish(args, "rasda-max-concurrent-1" if one else "rasda",
+                  "RASDA vs ASHA: measured on this machine"
+                  + (", one trial at a time" if one else "") + " (CPU, 1 -> 2 DDP ranks)", text)
     return pairs
 
 
@@ -241,7 +228,7 @@ def rasda_hpo(args: argparse.Namespace) -> list[dict[str, dict[str, Any]]]:
 
 TUNE_RUNGS = {"max_t": 27, "grace_period": 1, "reduction_factor": 3}
 GROWTH, MAX_RANKS = 2, 8
-CURVES = ROOT / "benchmarks/data/images-long-curves.json"
+CURVES = bench.ROOT / "benchmarks/data/images-long-curves.json"
 CLOSE = 0.005  # "within 0.5% of the final best"
 
 
@@ -441,8 +428,8 @@ def tune_markdown(pairs: list[dict[str, Any]]) -> str:
         "the nearest of 64 real images-long trials (benchmarks/data/images-long-curves.json). "
         "Ratios ASHA/RASDA (device-s: RASDA/ASHA); A = ASHA, R = RASDA. To 0.5%: until the "
         "run's best is within 0.5% of the pair's better final best (inf: never).", "",
-        "Medians over seeds:", "", md_table(SUMMARY, summary_rows(pairs)), "",
-        "Every pair:", "", md_table(TUNE_HEADER, [p["row"] for p in pairs])])
+        "Medians over seeds:", "", bench.md_table(SUMMARY, summary_rows(pairs)), "",
+        "Every pair:", "", bench.md_table(TUNE_HEADER, [p["row"] for p in pairs])])
 
 
 def rasda_tune(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -461,13 +448,13 @@ def rasda_tune(args: argparse.Namespace) -> list[dict[str, Any]]:
                         for v in ("asha", "rasda")}
             pairs.append({"case": list(case), **runs, "row": tune_row(case, **runs),
                           "command": args.command})
-            print(text_table(TUNE_HEADER, [pairs[-1]["row"]]), flush=True)
+            print(bench.text_table(TUNE_HEADER, [pairs[-1]["row"]]), flush=True)
             if args.json:  # after each pair: a run stopped early keeps what it measured
                 args.json.write_text(json.dumps(pairs, indent=1))
-            publish(args, "rasda-tune", "RASDA vs ASHA through Tune's controller (logical "
-                    "GPUs, replayed curves)", tune_markdown(pairs))
+            bench.publish(args, "rasda-tune", "RASDA vs ASHA through Tune's controller (logical "
+                          "GPUs, replayed curves)", tune_markdown(pairs))
         ray.shutdown()
-    print(text_table(SUMMARY, summary_rows(pairs)))
+    print(bench.text_table(SUMMARY, summary_rows(pairs)))
     return pairs
 
 
@@ -514,8 +501,8 @@ def record(trials: int, concurrent: int, seed: int, command: str) -> dict:
             "space": images_long().space, "constants": curves_constants(),
             "command": command,
             "recorded": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
-            "took_s": round(time.time() - started), "machine": machine(),
-            "versions": versions(), "trials": recorded}
+            "took_s": round(time.time() - started), "machine": bench.machine(),
+            "versions": bench.versions(), "trials": recorded}
 
 
 def record_curves(args: argparse.Namespace) -> dict[str, Any]:

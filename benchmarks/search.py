@@ -48,18 +48,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks import (
-    hpo_run_command,
-    log,
-    machine,
-    md_table,
-    median,
-    publish,
-    run_when_quiet,
-    text_table,
-    trial_start,
-    versions,
-)
+import benchmarks as bench
 
 METRIC = "val_accuracy"
 
@@ -170,7 +159,7 @@ def trial_events(result_json: Path) -> list[tuple[float, float, float]]:
     rows = [r for r in rows if isinstance(r.get(METRIC), (int, float))]
     if not rows:
         return []
-    began = trial_start(rows)
+    began = bench.trial_start(rows)
     if began is None:  # inconsistent (should not happen): fall back to mid-second timestamps
         return [(r["timestamp"] + 0.5, float(r[METRIC]), 0.5) for r in rows]
     start, error = began
@@ -219,11 +208,11 @@ def run_method(method: str, seed: int, tmp: Path, args: argparse.Namespace,
     else:
         yaml_path = tmp / f"{name}.yaml"
         yaml_path.write_text(yaml.safe_dump(hpo_spec(method, name, seed, args), sort_keys=False))
-        cmd = hpo_run_command(yaml_path, tmp / "storage", name, args.cpus, args.hpo_set)
-    timed = run_when_quiet(cmd, env=env, quiet_timeout=args.quiet_timeout,
-                           run_timeout=args.run_timeout)
+        cmd = bench.hpo_run_command(yaml_path, tmp / "storage", name, args.cpus, args.hpo_set)
+    timed = bench.run_when_quiet(cmd, env=env, quiet_timeout=args.quiet_timeout,
+                                 run_timeout=args.run_timeout)
     if timed.returncode != 0:
-        log(timed.stdout[-3000:], timed.stderr[-3000:])
+        bench.log(timed.stdout[-3000:], timed.stderr[-3000:])
         raise SystemExit(f"{method} seed {seed} failed (rc {timed.returncode}): "
                          f"{shlex.join(cmd)}")
     if method == "optuna":
@@ -296,7 +285,7 @@ def measure(args: argparse.Namespace) -> tuple[Runs, list[dict[str, Any]]]:
     env = dict(os.environ)
     env["RAY_AIR_NEW_OUTPUT"] = "0"
     env.pop("RAY_AUTH_MODE", None)
-    log(f"machine: {machine()}; {versions()}")
+    bench.log(f"machine: {bench.machine()}; {bench.versions()}")
     runs: Runs = {}
     dropped: list[dict[str, Any]] = []
     retries = args.retries
@@ -307,17 +296,18 @@ def measure(args: argparse.Namespace) -> tuple[Runs, list[dict[str, Any]]]:
             for method in order:
                 while True:
                     res = run_method(method, seed, tmp, args, env)
-                    log(f"  seed {seed} {method:9s} time to {args.target:g}: {fmt_t(res):>8s} s"
-                        f"  best {res['best']:.4f}  wall {res['wall_s']:6.1f} s  "
-                        f"epochs {res['epochs_run']}  (other processes: "
-                        f"{res['other_cpu_s']:.1f} CPU s)")
+                    bench.log(f"  seed {seed} {method:9s} time to {args.target:g}: "
+                              f"{fmt_t(res):>8s} s  best {res['best']:.4f}  "
+                              f"wall {res['wall_s']:6.1f} s  "
+                              f"epochs {res['epochs_run']}  (other processes: "
+                              f"{res['other_cpu_s']:.1f} CPU s)")
                     if res["other_cpu_s"] > args.max_other_cpu and retries > 0:
                         retries -= 1
-                        log(f"  machine was busy ({res['other_top']}): run again")
+                        bench.log(f"  machine was busy ({res['other_top']}): run again")
                         dropped.append(res)
                         continue
                     if res["other_cpu_s"] > args.max_other_cpu:
-                        log(f"  machine was busy ({res['other_top']}), no retries left: kept")
+                        bench.log(f"  machine was busy ({res['other_top']}), no retries left: kept")
                     runs[(method, seed)] = res
                     break
     finally:
@@ -331,16 +321,16 @@ def report(args: argparse.Namespace, saved: dict[str, Any]) -> None:
     summary = summarise(runs, seeds, f"{args.target:g}")
     h1, r1, h2, r2 = tables(runs, seeds, summary, args)
     print()
-    print(text_table(h1, r1))
+    print(bench.text_table(h1, r1))
     print()
-    print(text_table(h2, r2))
+    print(bench.text_table(h2, r2))
     for line in speedup_lines(summary):
         print(line)
     print()
-    print(text_table(*targets_table(runs, seeds, args)))
-    publish(args, WORKLOADS[args.workload].section,
-            f"Search efficiency: `{args.workload}` (`{problem(args).trainable}`)",
-            markdown(runs, seeds, summary, args, problem(args), len(saved["dropped"])))
+    print(bench.text_table(*targets_table(runs, seeds, args)))
+    bench.publish(args, WORKLOADS[args.workload].section,
+                  f"Search efficiency: `{args.workload}` (`{problem(args).trainable}`)",
+                  markdown(runs, seeds, summary, args, problem(args), len(saved["dropped"])))
 
 
 def search_efficiency(args: argparse.Namespace) -> dict[str, Any]:
@@ -362,7 +352,7 @@ def search_efficiency(args: argparse.Namespace) -> dict[str, Any]:
     saved = {"argv": argv, "command": args.command,
              "started": time.strftime("%Y-%m-%d %H:%M %Z"), "took_s": time.monotonic() - t0,
              "runs": list(runs.values()), "dropped": dropped}
-    log(f"took {saved['took_s'] / 60:.1f} min")
+    bench.log(f"took {saved['took_s'] / 60:.1f} min")
     report(args, saved)
     return saved
 
@@ -449,11 +439,11 @@ def summarise(runs: Runs, seeds: list[int],
         all_t = sorted(r["ttt"][key] if r["ttt"][key] is not None else math.inf for r in rs)
         per_method[method] = {
             "reached": f"{len(reached)}/{len(rs)}",
-            "median_ttt_s": median(all_t),
-            "median_best": median([r["best"] for r in rs]),
-            "median_wall_s": median([r["wall_s"] for r in rs]),
-            "median_epochs": median([r["epochs_run"] for r in rs]),
-            "median_first_s": median([r["first_result_s"] for r in rs]),
+            "median_ttt_s": bench.median(all_t),
+            "median_best": bench.median([r["best"] for r in rs]),
+            "median_wall_s": bench.median([r["wall_s"] for r in rs]),
+            "median_epochs": bench.median([r["epochs_run"] for r in rs]),
+            "median_first_s": bench.median([r["first_result_s"] for r in rs]),
         }
     rnd = speedups(runs, seeds, "random", "asha+tpe", key)
     opt = speedups(runs, seeds, "optuna", "asha+tpe", key)
@@ -552,7 +542,7 @@ again because other processes used more than {args.max_other_cpu:g} CPU s meanwh
 
 Summary over seeds:
 
-{md_table(h2, r2)}
+{bench.md_table(h2, r2)}
 
 {chr(10).join('- ' + line for line in speedup_lines(summary))}
 
@@ -561,12 +551,12 @@ counting as infinite; ratios: median per-seed time(method) / time(ASHA+TPE) over
 seeds where at least one reached it, a seed where one missed counting as a bound, ">X" or
 "<X", from its whole run; a median that lands on a bound is one):
 
-{md_table(*targets_table(runs, seeds, args))}
+{bench.md_table(*targets_table(runs, seeds, args))}
 
 Per seed (">X (not reached)": the target was not reached in the run's X seconds; a ratio
 with ">"/"<" is a bound from such a run):
 
-{md_table(h1, r1)}
+{bench.md_table(h1, r1)}
 
 Exact commands for seed {first} (temp paths vary):
 {cmds}

@@ -37,7 +37,7 @@ PYTHON=.venv/bin/python bash scripts/install-horovod.sh
 
 # System packages the test suite starts (one per line below; the tests say why they need them).
 # slurmctld, slurmd, slurm-client, munge: tests/test_slurm_cluster.py starts a real multi-node
-# Slurm (tests/slurm_testcluster.py).
+# Slurm (testing/slurm_cluster.py).
 test_system_packages=(
   chromium  # tests/test_report.py renders the HTML report headless: no JS errors, plots drawn
   slurmctld

@@ -1,18 +1,24 @@
 """The benchmark harness (`python -m benchmarks`): one entry point, a registry whose entries
-all resolve, no path tricks or test imports in benchmarks/, at most 12 modules, and an owner
-for every section of docs/benchmarks.md. Fast: no Ray is started."""
+all resolve, no path tricks or test imports in benchmarks/, at most 12 modules, an owner for
+every section of docs/benchmarks.md, and a refresh of a section that leaves the rest of the
+page as it was. Fast: no Ray is started."""
 
 from __future__ import annotations
 
+import argparse
 import ast
 import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from test_benchmarks_doc import marker_problems, unheaded_blocks
 
-from benchmarks import REGISTRY, owner
+import benchmarks
+from benchmarks import REGISTRY, owner, publish
 from benchmarks.__main__ import parser_for
 
 BENCHMARKS = ROOT / "benchmarks"
@@ -62,3 +68,52 @@ def test_shared_flags_are_offered_only_where_they_mean_something() -> None:
         parser_for(REGISTRY["gpu"]).parse_args(["--rounds", "2"])
     with pytest.raises(SystemExit):
         parser_for(REGISTRY["rank-reuse"]).parse_args(["--markdown", "x.md"])
+
+
+def _split(text: str, key: str) -> tuple[str, str, str]:
+    """(up to and with the start marker line, the block, from the end marker line on)."""
+    found = re.search(rf"(?ms)^<!-- {key}:start -->\n(.*?)^<!-- {key}:end -->$", text)
+    assert found, key
+    return text[:found.start(1)], found.group(1), text[found.end(1):]
+
+
+def _refresh(page: Path, monkeypatch: pytest.MonkeyPatch, key: str, title: str,
+             body: str) -> None:
+    """What `python -m benchmarks NAME --markdown PAGE` does at its end, with dummy figures."""
+    monkeypatch.setattr(benchmarks, "machine", lambda: "a test machine")
+    monkeypatch.setattr(benchmarks, "versions", lambda: "Python 3")
+    args = argparse.Namespace(markdown=page, started=time.monotonic(),
+                              command=f"python -m benchmarks {key} --markdown {page}")
+    publish(args, key, title, body)
+
+
+def test_a_refresh_rewrites_its_block_and_nothing_else(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    before = (ROOT / "docs" / "benchmarks.md").read_text()
+    page = tmp_path / "benchmarks.md"
+    page.write_text(before)
+    figures = "| measure | new/old |\n|---|---|\n| results/s | **9.99** |"
+    _refresh(page, monkeypatch, "throughput", "Result throughput", figures)
+    after = page.read_text()
+
+    head_before, block_before, tail_before = _split(before, "throughput")
+    head_after, block_after, tail_after = _split(after, "throughput")
+    assert (head_after, tail_after) == (head_before, tail_before)  # byte for byte
+    assert block_after != block_before
+    assert block_after.startswith("Command: `python -m benchmarks throughput")
+    assert block_after.endswith(figures + "\n")
+    assert not [line for line in block_after.splitlines() if line.startswith("#")]
+    assert marker_problems(after) == [] and unheaded_blocks(after) == []
+
+
+def test_a_new_section_gets_its_heading_above_the_block(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n\nQuoted, not a block: `<!-- fresh:start -->`.\n")
+    for figures in ("first", "second"):
+        _refresh(page, monkeypatch, "fresh", "A fresh section", figures)
+    text = page.read_text()
+    assert text.count("## A fresh section") == 1
+    assert text.count("<!-- fresh:start -->\n") == 1 and "second\n<!-- fresh:end -->" in text
+    assert text.startswith("# Page\n\nQuoted, not a block: `<!-- fresh:start -->`.\n")
+    assert marker_problems(text) == [] and unheaded_blocks(text) == []

@@ -44,7 +44,8 @@ _log = logging.getLogger("hpo.history")
 # snapshot's checkpoints about as fresh as before for a resume after a kill, and deletes
 # the dropped ones within a second or so. Without checkpoints, a snapshot records which
 # trials ended and carries the rows into the folder: Tune's 10 s (a 1 s floor cost the
-# driver 3 of its 11 CPU-s in overhead_peers' util8, 100 s of 160 trials without checkpoints).
+# driver 3 of its 11 CPU-s in util8 of `python -m benchmarks overhead-peers`, 100 s of 160
+# trials without checkpoints).
 PERIOD_FLOOR_S = 10.0
 CHECKPOINT_PERIOD_FLOOR_S = 1.0
 END_WAIT_S = 10.0  # at a fit's end, for the ended trials' copies still queued (redundant then)

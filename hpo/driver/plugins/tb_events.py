@@ -10,7 +10,8 @@ once: 20 us a scalar instead of 84 (benchmarked on this box).
 Ray's logger adds each numeric field of a result as its own event; here a result's plain
 scalars go out as one event with many values (as TensorFlow's merged summaries; TensorBoard
 reads each value), written at the flush Ray asks for after the result (result throughput
-x1.70 against one event a field: benchmarks/throughput_ab.py, median of 3 pairs).
+x1.70 against one event a field: `python -m benchmarks ab --mode throughput`, median of 3
+pairs).
 
 Ray's logger flushes after every result (an fsync each time); here a flush runs at most every
 FLUSH_S, and closing always flushes, without an fsync (as result.json's rows). The record of

@@ -1,7 +1,7 @@
 """Warm ranks: a data-parallel trial reuses the rank processes that the previous trial in the
 same trial process left (imports done, backend libraries loaded), as Tune's actor reuse does
 for the trial process itself: 0.3 s (DDP) or 0.6 s (Horovod) instead of 6-12 s for a 2-rank
-trial on 2 CPU cores (benchmarks/rank_reuse.py).
+trial on 2 CPU cores (`python -m benchmarks rank-reuse`).
 
 Tune hands a reused trial actor on with its placement group (TuneController caches actors
 per PlacementGroupFactory), so ranks started inside that group stay valid for the next trial.

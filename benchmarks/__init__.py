@@ -92,6 +92,13 @@ REGISTRY: dict[str, Benchmark] = {b.name: b for b in (
         "benchmarks.peers:peers", "benchmarks.peers:peers_flags",
         sections=("overhead-peers",), rounds=1),
     Benchmark(
+        "patches", "what hpo's speed patches below Ray's API buy: on against off",
+        "throughput (2 trials x 5,000 reports), util8, util32 (sleeping steps)",
+        ("hpo", "hpo-plain (HPO_RAY_PATCHES=off)"),
+        ("results/s", "utilisation", "start / ramp / end s", "CPU s per trial"),
+        "benchmarks.peers:patches", "benchmarks.peers:patches_flags",
+        sections=("patches",), rounds=3),
+    Benchmark(
         "ab", "this checkout's `hpo run` against an older commit's, alternating",
         "startup: 2 trials x 2 epochs of trainables.images; throughput: 2 trials x 5,000 "
         "reports without a pause",

@@ -56,7 +56,9 @@ WORKLOADS = {  # trials, steps, sleep_s, workers
     "util32": (160, 10, 0.2, 32),
     "scale64": (640, 20, 0.2, 64),
 }
-TOOLS = ("hpo", "hpo-warm", "tune", "optuna", "syne", "deephyper")
+TOOLS = ("hpo", "hpo-warm", "hpo-plain", "tune", "optuna", "syne", "deephyper")
+# hpo-plain: `hpo run` with every speed patch off (HPO_RAY_PATCHES=off, hpo.ray_adapters.gate)
+PLAIN = {"hpo-plain": {"HPO_RAY_PATCHES": "off"}}
 
 
 @contextlib.contextmanager
@@ -83,7 +85,8 @@ def peer_run(python: str, tool: str, workload: str, work: Path
     cmd = [python, str(ROOT / "benchmarks" / "trials.py"), tool, "--trials", str(trials),
            "--steps", str(steps), "--sleep-s", str(sleep_s), "--workers", str(workers),
            "--spans", str(spans), "--work", str(work)]
-    return cmd, env_with_root(HPO_LOCAL_RAY=str(work / "warm")), spans  # hpo-warm's, no other
+    env = env_with_root(HPO_LOCAL_RAY=str(work / "warm"), **PLAIN.get(tool, {}))
+    return cmd, env, spans  # HPO_LOCAL_RAY: hpo-warm's, no other
 
 
 def one_run(python: str, tool: str, workload: str, work: Path) -> dict[str, float]:
@@ -153,7 +156,7 @@ def peers_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def peers(args: argparse.Namespace) -> list[Any]:
-    ours = dict.fromkeys(("hpo", "hpo-warm", "tune", "optuna"), sys.executable)
+    ours = dict.fromkeys(("hpo", "hpo-warm", "hpo-plain", "tune", "optuna"), sys.executable)
     pythons = {**ours, "syne": args.syne_python, "deephyper": args.deephyper_python}
     tools = {tool: pythons[tool] for tool in args.tools if pythons[tool]}
     log(f"tools: {', '.join(tools)} (a peer without its --*-python is left out)")
@@ -162,4 +165,18 @@ def peers(args: argparse.Namespace) -> list[Any]:
     print(text_table(HEADER, table))
     publish(args, "overhead-peers", "Orchestration overhead beside the peers",
             md_table(HEADER, table))
+    return [[*key, done] for key, done in runs.items()]
+
+
+def patches_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS),
+                        default=["throughput", "util8", "util32"])
+
+
+def patches(args: argparse.Namespace) -> list[Any]:
+    """hpo with its speed patches on and off (plain Ray's speed), side by side in one run."""
+    runs = measure(args, {"hpo": sys.executable, "hpo-plain": sys.executable})
+    table = rows(runs)
+    print(text_table(HEADER, table))
+    publish(args, "patches", "What the speed patches buy", md_table(HEADER, table))
     return [[*key, done] for key, done in runs.items()]

@@ -13,9 +13,10 @@ Config keys of the overhead workloads:
     reports (5000)  burst: reports sent as fast as the driver takes them
 
 The peer child (run by benchmarks/peers.py as `python benchmarks/trials.py TOOL ...`):
-TOOL is hpo (the `hpo run` CLI; hpo-warm the same, on the warm Ray it finds), tune (Ray Tune,
-lean: actor reuse, no loggers, verbose 0), optuna (threads, in-memory storage), syne (Syne
-Tune, LocalBackend, 0.5 s poll) or deephyper (DeepHyper, process evaluator, random search).
+TOOL is hpo (the `hpo run` CLI; hpo-warm the same, on the warm Ray it finds; hpo-plain the
+same, with every speed patch off), tune (Ray Tune, lean: actor reuse, no loggers, verbose 0),
+optuna (threads, in-memory storage), syne (Syne Tune, LocalBackend, 0.5 s poll) or deephyper
+(DeepHyper, process evaluator, random search).
 Every tool runs the same trial: `steps` steps that each sleep `sleep_s` and report a score;
 at its end the trial appends one JSON line to the spans file (its first and last step's
 wall clock and its step count).
@@ -315,8 +316,8 @@ def run_deephyper(args: argparse.Namespace, constants: dict[str, Any]) -> None:
         evaluator, max_evals=args.trials, max_evals_strict=True)
 
 
-PEER_RUNS = {"hpo": run_hpo, "hpo-warm": run_hpo, "tune": run_tune, "optuna": run_optuna,
-             "syne": run_syne, "deephyper": run_deephyper}
+PEER_RUNS = {"hpo": run_hpo, "hpo-warm": run_hpo, "hpo-plain": run_hpo, "tune": run_tune,
+             "optuna": run_optuna, "syne": run_syne, "deephyper": run_deephyper}
 
 
 def peer_child(argv: list[str]) -> None:

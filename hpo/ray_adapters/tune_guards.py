@@ -91,7 +91,7 @@ INHERITED_STATE = (  # (where Ray defines it: module.Class, the attribute)
 def ray_class(path: str) -> type:
     """A Ray class by its module.Class path."""
     module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), name)
 
 
 def sets_or_defines(cls: type, name: str) -> bool:

@@ -60,7 +60,8 @@ def _snapshot(exp_dir: Path, timeout_s: float = 5.0) -> dict[str, Any]:
                                   "experiment_state-*.json). Hint: pass <storage>/<name> of an "
                                   "`hpo run`")
         try:
-            return json.loads(states[-1].read_text())
+            state: dict[str, Any] = json.loads(states[-1].read_text())
+            return state
         except ValueError:
             if time.monotonic() > deadline:
                 raise ExperimentError(f"{states[-1]}: not valid JSON for {timeout_s:g} s. Hint: "

@@ -109,8 +109,7 @@ def diagnose(interface: str | None = None, site: str | None = None) -> list[Row]
         try:
             rows.extend(check())
         except Exception as exc:  # a broken install must still get a report
-            name = getattr(check, "__name__", None) or getattr(
-                getattr(check, "func", None), "__name__", "check")
-            name = name.strip("_")
+            named = getattr(check, "func", check)  # a partial names its function
+            name = str(getattr(named, "__name__", "check")).strip("_")
             rows.append((name, f"check failed: {exc}", False))
     return rows

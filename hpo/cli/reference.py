@@ -108,7 +108,7 @@ def installer_parser(module: str) -> argparse.ArgumentParser:
 
 def installer_help(module: str) -> str:
     parser = installer_parser(module)
-    parser.formatter_class = functools.partial(  # type: ignore[assignment]
+    parser.formatter_class = functools.partial(
         argparse.HelpFormatter, width=WIDTH)
     return parser.format_help()
 

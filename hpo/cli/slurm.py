@@ -35,7 +35,7 @@ def _settings(space: Path, overrides: list[str] | None, site: str | None,
     from hpo.spec.slurm import merged_settings
 
     spec = load_spec(space, overrides)
-    if check_import:
+    if check_import and isinstance(spec.trainable, str):  # a YAML names it as text
         load_trainable(spec.trainable, str(space))
     settings = merged_settings(spec.slurm, site, options, str(space))
     return spec.with_slurm(settings, str(space)), settings
@@ -150,7 +150,8 @@ def with_sbatch_options(command: Callable[..., Any],
         sbatch = SbatchOptions(**{name: kwargs.pop(name) for name in names})
         return command(*args, sbatch=sbatch, **kwargs)
 
-    wrapper.__signature__ = signature.replace(parameters=kept + added)  # type: ignore[attr-defined]
+    wrapper.__signature__ = (  # type: ignore[attr-defined]  # what typer reads
+        signature.replace(parameters=kept + added))
     wrapper.__annotations__ = {p.name: p.annotation for p in kept + added}
     return wrapper
 

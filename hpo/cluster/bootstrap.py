@@ -145,8 +145,8 @@ def wait_ready(alloc: Allocation, job_dir: Path, steps: list[_Step], timeout: fl
         if client is not None:
             with contextlib.suppress(Exception):  # GCS still starting
                 missing = _missing(job_dir, alloc, _alive_nodes(client))
-            if not missing:
-                return address  # type: ignore[return-value]
+            if not missing and address is not None:  # a client means an address
+                return str(address)
         time.sleep(0.1)
     logs = ", ".join(str(s.log) for s in steps if s.node in missing)
     raise ClusterStartError(f"Ray cluster not ready after {timeout:.0f} s: "

@@ -61,7 +61,8 @@ def wait_for_file(path: Path, timeout: float) -> dict[str, Any]:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{path} did not appear within {timeout:.0f} s")
         time.sleep(0.05)
-    return json.loads(path.read_text())
+    info: dict[str, Any] = json.loads(path.read_text())
+    return info
 
 
 def ray_executable() -> str:
@@ -215,7 +216,7 @@ def main(role: str, job_dir: Path) -> int:
         ray = started.proc
         code = ray.poll()
         if code is None:
-            leaving = role == "join" and (stopping or leave_file(job_dir, job_id).exists())
+            leaving = role == "join" and (bool(stopping) or leave_file(job_dir, job_id).exists())
             if leaving:  # this job leaves a running study (not when the head's job is gone)
                 _drain(job_dir, args, reason=f"Slurm job {job_id} leaves the study")
             stop_tree(ray, leaving=leaving)

@@ -22,7 +22,7 @@ def find_node_id(client: object, ip: str, node_manager_port: int) -> str:
     infos = gcs.alive_node_infos(client, timeout=10)
     for node_id, info in infos.items():
         if info.node_manager_address == ip and info.node_manager_port == node_manager_port:
-            return node_id.hex()
+            return str(node_id.hex())
     raise LookupError(f"no alive Ray node at {ip}:{node_manager_port}")
 
 

@@ -32,9 +32,9 @@ RAY_TRIM = ("ray/jars/", "ray/rllib/", "ray/serve/", "ray/llm/")
 
 
 def project_requirements(pyproject: Path, extras: tuple[str, ...] = ("test",)) -> list[str]:
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10: pip vendors the same parser
+    else:  # Python 3.10: pip vendors the same parser
         from pip._vendor import tomli as tomllib
     data = tomllib.loads(pyproject.read_text())
     project = data["project"]

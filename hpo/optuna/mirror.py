@@ -122,8 +122,8 @@ class OptunaMirror(Callback):
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         last = trial.last_result or {}
-        values = [last.get(m) for m in ([self.metric] if isinstance(self.metric, str)
-                                        else self.metric)]
+        values: list[Any] = [last.get(m) for m in ([self.metric] if isinstance(self.metric, str)
+                                                   else self.metric)]
         self._finish(trial, [float(v) for v in values] if all(map(_number, values)) else None)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

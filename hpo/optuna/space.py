@@ -76,8 +76,8 @@ def widen(dist: BaseDistribution, values: Iterable[Any]) -> BaseDistribution:
     numbers = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
     if not numbers or all(_fits(dist, v) for v in numbers):
         return dist
-    low, high = min(dist.low, *numbers), max(dist.high, *numbers)  # type: ignore[attr-defined]
-    log = dist.log  # type: ignore[attr-defined]
+    low, high = min(dist.low, *numbers), max(dist.high, *numbers)
+    log = dist.log
     if isinstance(dist, IntDistribution):
         return IntDistribution(int(low), int(high), log=log)
     return FloatDistribution(float(low), float(high), log=log)

@@ -17,7 +17,7 @@ from typing import Any
 def ray_class(path: str) -> type:
     """A Ray class by its module.Class path."""
     module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), name)
 
 
 def sets_or_defines(cls: type, name: str) -> bool:

@@ -76,7 +76,7 @@ def artifact_syncs_timed_first() -> None:
             return None  # what sync_up_if_needed would decide, after the paths and the listing
         return original(self, force=force)
 
-    persist_artifacts.timed_first = True  # type: ignore[attr-defined]
+    persist_artifacts.timed_first = True  # type: ignore[attr-defined]  # read above: patched once
     StorageContext.persist_artifacts = persist_artifacts
 
 
@@ -93,7 +93,8 @@ def speed_gaps() -> list[str]:
     source = inspect.getsource(train) if train is not None else ""
     gaps = [f"_TrainSession.{name}" for name in ("continue_lock", "_first_report")
             if f"self.{name} =" not in source]
-    get_next = inspect.getsource(train.get_next) if hasattr(train, "get_next") else ""
+    get_next = (inspect.getsource(train.get_next)
+                if train is not None and hasattr(train, "get_next") else "")
     if "if not self._first_report:\n" not in get_next or "self.continue_lock.release()" \
             not in get_next:
         gaps.append("_TrainSession.get_next() releasing continue_lock unless _first_report")

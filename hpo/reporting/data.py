@@ -168,7 +168,8 @@ def _tag_index(tag: str) -> int:
 
 def rung_milestones(scheduler: dict[str, Any]) -> list[float]:
     """The rungs of ASHA / HyperBand in the scheduler's time unit (as Ray computes them)."""
-    kind, max_t = scheduler.get("type"), scheduler.get("max_t")
+    kind = scheduler.get("type")
+    max_t: Any = scheduler.get("max_t")  # a number for each kind below that reads it
     if kind in ("asha", "rasda"):
         grace, factor = scheduler["grace_period"], scheduler["reduction_factor"]
         count = int(math.log(max_t / grace) / math.log(factor) + 1)

@@ -8,6 +8,7 @@ dotted YAML path, the bad value and what to do instead.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -79,7 +80,7 @@ def _dotted(loc: tuple[Any, ...], *extra: str) -> str:
     return ".".join(p for p in (*parts, *extra) if p)
 
 
-def _describe(err: dict[str, Any]) -> tuple[str, str, str]:
+def _describe(err: Mapping[str, Any]) -> tuple[str, str, str]:
     """(path, message, hint) for one pydantic error dict."""
     loc, kind, value = tuple(err["loc"]), err["type"], err.get("input")
     problem = err.get("ctx", {}).get("error")

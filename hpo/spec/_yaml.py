@@ -26,7 +26,8 @@ class _Loader(yaml.SafeLoader):
                 raise ConfigError(self.source, f"line {key_node.start_mark.line + 1}",
                                   f"duplicate key '{key}'", "keep one of them")
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
 
 # PyYAML (YAML 1.1) needs a dot in a float; YAML 1.2 and people do not: `1e-4` is a number.

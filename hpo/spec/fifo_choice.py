@@ -33,7 +33,7 @@ class SkipsEnded:
         for wanted in (Trial.PENDING, Trial.PAUSED):
             for trial in islice(trials, ended, None):
                 if trial.status == wanted:
-                    return trial  # type: ignore[no-any-return]
+                    return trial
         return None
 
     def __getstate__(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ trials that are on the front.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from hpo.spec._validation import FieldProblem
@@ -40,7 +41,7 @@ def check_mode(value: Any) -> Any:
     return value
 
 
-def check_objectives(metric: str | list[str], mode: str | list[str], search_type: str,
+def check_objectives(metric: str | list[str], mode: str | Sequence[str], search_type: str,
                      scheduler_type: str) -> None:
     """One mode per metric; several only with the Optuna searcher and the fifo scheduler."""
     if isinstance(metric, str) and isinstance(mode, str):
@@ -63,7 +64,7 @@ def check_objectives(metric: str | list[str], mode: str | list[str], search_type
                            "its end), or a single metric")
 
 
-def pairs(metric: str | list[str], mode: str | list[str]) -> list[tuple[str, str]]:
+def pairs(metric: str | list[str], mode: str | Sequence[str]) -> list[tuple[str, str]]:
     """(metric, mode) of each objective, from the spec or its saved YAML data."""
     if isinstance(metric, str):
         return [(metric, str(mode))]

@@ -25,7 +25,7 @@ def summarize(spec: Spec) -> dict[str, str]:
     sched = spec.scheduler.model_dump(exclude={"hyperparam_mutations"})
     return {
         "experiment": f"{spec.name} -> {spec.storage}/{spec.name}",
-        "trainable": spec.trainable,
+        "trainable": str(spec.trainable),
         "objective": _objectives(spec),
         "trials": str(trial_count(spec)),
         "concurrency": f"{fit} side by side on this machine ({cpus} CPUs){limit}",

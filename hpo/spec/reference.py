@@ -121,7 +121,7 @@ def source_comments(model: type) -> dict[str, str]:
         return {}
     lines, comments = source.splitlines(), _comments(source)
     found = {}
-    for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
+    for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]  # a class statement
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             text = _field_comment(node, lines, comments)
             if text:
@@ -138,7 +138,8 @@ def _comments(source: str) -> dict[int, str]:
 
 
 def _field_comment(node: ast.AnnAssign, lines: list[str], comments: dict[int, str]) -> str:
-    above, line = [], node.lineno - 1
+    above: list[str] = []
+    line = node.lineno - 1
     while line in comments and lines[line - 1].lstrip().startswith("#"):
         above.insert(0, comments[line])
         line -= 1
@@ -216,7 +217,8 @@ def _bounds(metadata: Sequence[Any]) -> str:
 def default_text(field: FieldInfo) -> str:
     if field.is_required():
         return "required"
-    value = field.default_factory() if field.default_factory else field.default  # type: ignore[call-arg]
+    factory = field.default_factory
+    value = factory() if factory else field.default  # type: ignore[call-arg]  # takes no data here
     if isinstance(value, BaseModel):
         value = value.model_dump(exclude_unset=True)
     return f"`{yaml_text(value)}`"
@@ -225,7 +227,7 @@ def default_text(field: FieldInfo) -> str:
 def yaml_text(value: Any) -> str:
     """A value as it would be written in the YAML, on one line."""
     plain = list(value) if isinstance(value, tuple) else value
-    text = yaml.safe_dump(plain, default_flow_style=True, width=1 << 20).strip()
+    text: str = yaml.safe_dump(plain, default_flow_style=True, width=1 << 20).strip()
     return text.removesuffix("...").strip()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveInt, model_validator
@@ -9,7 +10,7 @@ from pydantic import Field, PositiveInt, model_validator
 from hpo.spec._validation import FieldProblem, Strict, did_you_mean
 from hpo.spec.distributions import Distribution
 
-Metric = str | list[str]  # one objective, or several (Optuna only: see hpo.spec.objectives)
+Metric = str | Sequence[str]  # one objective, or several (Optuna only: see hpo.spec.objectives)
 TPE_KEYS = ("n_startup_trials", "multivariate", "constant_liar")
 
 

@@ -45,24 +45,24 @@ class SeedableDraws:
 
     def on_trial_add(self, *args: Any, **kwargs: Any) -> Any:
         with self._own_draws():
-            return super().on_trial_add(*args, **kwargs)  # type: ignore[misc]
+            return super().on_trial_add(*args, **kwargs)  # type: ignore[misc]  # a mixin
 
     def on_trial_result(self, *args: Any, **kwargs: Any) -> Any:
         with self._own_draws():
-            return super().on_trial_result(*args, **kwargs)  # type: ignore[misc]
+            return super().on_trial_result(*args, **kwargs)  # type: ignore[misc]  # a mixin
 
     def on_trial_complete(self, *args: Any, **kwargs: Any) -> Any:
         with self._own_draws():
-            return super().on_trial_complete(*args, **kwargs)  # type: ignore[misc]
+            return super().on_trial_complete(*args, **kwargs)  # type: ignore[misc]  # a mixin
 
     def on_trial_error(self, *args: Any, **kwargs: Any) -> Any:
         with self._own_draws():
-            return super().on_trial_error(*args, **kwargs)  # type: ignore[misc]
+            return super().on_trial_error(*args, **kwargs)  # type: ignore[misc]  # a mixin
 
     def on_trial_remove(self, *args: Any, **kwargs: Any) -> Any:
         with self._own_draws():
-            return super().on_trial_remove(*args, **kwargs)  # type: ignore[misc]
+            return super().on_trial_remove(*args, **kwargs)  # type: ignore[misc]  # a mixin
 
     def choose_trial_to_run(self, *args: Any, **kwargs: Any) -> Any:
         with self._own_draws():
-            return super().choose_trial_to_run(*args, **kwargs)  # type: ignore[misc]
+            return super().choose_trial_to_run(*args, **kwargs)  # type: ignore[misc]  # a mixin

@@ -263,7 +263,7 @@ def _merge(data: dict[str, Any], layer: dict[str, Any]) -> None:
 
 
 def _validated(data: dict[str, Any], source: str, prefix: str = "",
-               options: set[str] = frozenset()) -> SlurmSettings:  # type: ignore[assignment]
+               options: set[str] | frozenset[str] = frozenset()) -> SlurmSettings:
     try:
         return SlurmSettings.model_validate(data)
     except ValidationError as exc:

@@ -74,7 +74,7 @@ def noise_scale(small_batch: int, large_batch: int, small_sq: float,
     return max(trace, 0.0) / signal
 
 
-def _allreduce_measured(state, bucket):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202
+def _allreduce_measured(state, bucket):  # noqa: ANN001, ANN202
     """DDP's default hook (the bucket divided by the rank count, allreduced) with this rank's
     squared norm before and the mean's after, summed on the device: no host sync. Not
     annotated: DDP compares a hook's annotations with its own classes, and this module's

@@ -92,7 +92,7 @@ def class_with_objects(cls: type, holder: str) -> type:
     """A Ray Tune class whose setup(config) also gets the objects, as tune.with_parameters
     gives them."""
 
-    class WithObjects(cls):  # type: ignore[valid-type, misc]
+    class WithObjects(cls):
         def setup(self, config: dict[str, Any]) -> None:
             super().setup(config, **fetch_objects(holder))
 

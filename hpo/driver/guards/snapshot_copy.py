@@ -147,6 +147,7 @@ def _copy_beside(folder: str, into: str, name: str, settled: bool = False) -> _B
             raise
         if _stamp(source) == stamp:
             break
+    assert stamp is not None  # each try ends at `return None` or with the copy's stamp
     return _Beside(source, stamp, partial, target)
 
 

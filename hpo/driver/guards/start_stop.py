@@ -21,7 +21,7 @@ from typing import Any
 
 from hpo.errors import RunError
 
-_SIGNALS = {signal.SIGINT: "SIGINT (Ctrl+C)", signal.SIGTERM: "SIGTERM"}
+_SIGNALS: dict[int, str] = {signal.SIGINT: "SIGINT (Ctrl+C)", signal.SIGTERM: "SIGTERM"}
 
 
 class StoppedAtStart(RunError):

@@ -31,8 +31,8 @@ from hpo.driver.guards import start_stop, storage_faults
 _log = logging.getLogger("hpo.stops")
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 _TERM_GRACE_S = 5.0
-_NAMES = {signal.SIGINT: "SIGINT (Ctrl+C)", signal.SIGTERM: "SIGTERM",
-          signal.SIGUSR1: "SIGUSR1 (walltime warning)"}
+_NAMES: dict[int, str] = {signal.SIGINT: "SIGINT (Ctrl+C)", signal.SIGTERM: "SIGTERM",
+                          signal.SIGUSR1: "SIGUSR1 (walltime warning)"}
 
 # The stop in progress in this process (for the live view's last frame and the run's outcome).
 _stopped_by: str | None = None
@@ -55,7 +55,7 @@ class HeldStop(Callback):
         return {"grace_s": self.grace_s}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["grace_s"])
+        type(self).__init__(self, state["grace_s"])
 
     def setup(self, **info: Any) -> None:
         """Called by Tune's controller after Tune put its handlers in place."""

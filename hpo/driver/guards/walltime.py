@@ -67,7 +67,7 @@ def scontrol_end_time(text: str) -> float | None:
 def catches(status: str, signum: int) -> bool:
     """Whether the process whose /proc/PID/status this is has a handler for `signum`."""
     match = re.search(r"^SigCgt:\s*([0-9a-fA-F]+)$", status, re.MULTILINE)
-    return bool(match) and bool(int(match.group(1), 16) >> (signum - 1) & 1)
+    return match is not None and bool(int(match.group(1), 16) >> (signum - 1) & 1)
 
 
 def query_end_time(job_id: str, run: Callable[..., Any] = subprocess.run) -> float | None:

@@ -56,8 +56,8 @@ class LiveProgress(TrialProgressCallback):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # An experiment saved before several objectives existed pickled metric and mode.
-        self.__init__(state.get("objectives") or [(state["metric"], state["mode"])],
-                      state["total"])
+        type(self).__init__(self, state.get("objectives") or [(state["metric"], state["mode"])],
+                            state["total"])
 
     def setup(self, **info: Any) -> None:
         self._handled_at_start = sys.exc_info()[1]  # a caller's own, not the run's error
@@ -129,7 +129,7 @@ class LiveProgress(TrialProgressCallback):
 
     def _draw(self, trials: list) -> None:
         self._drawn = time.monotonic()
-        self._live.update(self._render(trials), refresh=True)  # type: ignore[union-attr]
+        self._live.update(self._render(trials), refresh=True)  # type: ignore[union-attr]  # set
 
     def _render(self, trials: list, stopped: str | None = None, aborted: bool = False) -> Group:
         states = Counter(t.status for t in trials)

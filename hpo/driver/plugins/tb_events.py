@@ -137,6 +137,9 @@ class TimedSummaryWriter(SummaryWriter):
     one event at the next flush (Ray's logger asks after every result) or step, and whose
     flush to disk runs at most every FLUSH_S."""
 
+    file_writer: FileWriter | None  # tensorboardX's attributes, which _get_file_writer sets
+    all_writers: dict[str, FileWriter] | None
+
     def __init__(self, logdir: str, clock: Callable[[], float] = time.monotonic,
                  **options: Any) -> None:
         self._clock = clock

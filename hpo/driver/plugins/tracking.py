@@ -38,7 +38,7 @@ class ResumableMlflow(MLflowLoggerCallback):
     _broken = False
 
     def setup(self, *args: Any, **kwargs: Any) -> None:
-        self._trial_runs = {}  # as Ray's setup leaves it, should it fail
+        self._trial_runs: dict[Any, str] = {}  # as Ray's setup leaves it, should it fail
         self._logged: dict[str, int] = {}  # trial id -> the last step its run holds
         for handler in logging.getLogger("mlflow").handlers:  # MLflow's own, to the terminal
             if not any(isinstance(f, _QuietStorageFaults) for f in handler.filters):

@@ -53,7 +53,7 @@ def earlier_trials(spec: Spec) -> Evaluated:
         if why:
             log.warning("warning: warm start: skipped trial %s: %s", row["trial_id"], why)
         else:
-            found.append((config, values))  # type: ignore[arg-type]
+            found.append((config, values))  # type: ignore[arg-type]  # a list: no why
     log.warning("warm start: %d trials from %s", len(found), folder)
     return found
 

@@ -180,7 +180,7 @@ def check_fits(spec: Spec, source: str, cluster: dict[str, float]) -> None:
                               "lower it, or run on a node/allocation that has them")
         grown = ranks.max_workers * getattr(ranks, f"{key.lower()}s_per_worker") \
             if ranks and ranks.max_workers else 0
-        if grown > have:
+        if ranks and grown > have:
             raise ConfigError(source, "distributed.max_workers", f"a trial may grow to "
                               f"{ranks.max_workers} ranks = {grown:g} {key}s but the cluster "
                               f"has {have:g}", "lower max_workers")

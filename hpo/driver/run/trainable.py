@@ -103,7 +103,7 @@ def python_name(trainable: Any) -> str:
     return f"{PYTHON_TRAINABLE}:{re.sub(r'[^A-Za-z0-9_]', '_', name) or 'trainable'}"
 
 
-def resets_config(cls: type) -> bool:
+def resets_config(cls: type[Any]) -> bool:
     """Whether a Ray Tune class implements reset_config (a reused actor needs it)."""
     from ray import tune
 
@@ -168,10 +168,11 @@ def _import_file(path: str, source: str) -> ModuleType:
                                    "paths are relative to the current directory")
     name = f"hpo_user_{file.stem}_{abs(hash(str(file))):x}"
     spec = importlib.util.spec_from_file_location(name, file)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    assert spec is not None and spec.loader is not None  # a .py file has both
+    module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[name]
         raise TrainableImportError(source, "trainable", f"cannot import '{path}' "

@@ -18,7 +18,7 @@ from hpo.driver.run.trainable import resets_config, resolve
 from hpo.spec.distributions import Distribution
 from hpo.spec.model import Spec, is_class_trainable
 from hpo.spec.schedulers import Rasda
-from hpo.spec.searchers import Grid
+from hpo.spec.searchers import Grid, Optuna
 from hpo.trial.batched import MAX_ROWS, batching
 from hpo.trial.one_process import call_with_objects, class_with_objects, with_session
 
@@ -154,6 +154,7 @@ def searcher(spec: Spec, evaluated: list[tuple[dict[str, Any], list[float]]] | N
         return spec.search.build(spec.metric, spec.mode)
     from hpo.driver.plugins.warm_start import WarmOptunaSearch
 
+    assert isinstance(spec.search, Optuna)  # the spec allows warm_start with Optuna only
     return spec.search.build(spec.metric, spec.mode, searcher_class=WarmOptunaSearch,
                              evaluated=evaluated)
 

@@ -82,7 +82,7 @@ def header_version(header: Path) -> str | None:
     text = header.read_text(errors="replace")
     parts = [re.search(rf"#define\s+NCCL_{name}\s+(\d+)", text) for name in
              ("MAJOR", "MINOR", "PATCH")]
-    return ".".join(p[1] for p in parts) if all(parts) else None  # type: ignore[index]
+    return ".".join(p[1] for p in parts) if all(parts) else None  # type: ignore[index]  # no None
 
 
 def library_version_of(library: str) -> str | None:

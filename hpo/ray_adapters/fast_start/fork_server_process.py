@@ -128,11 +128,11 @@ def _unseeded_actor_ids() -> Iterator[None]:
         def from_random() -> Any:
             return ActorClassID(os.urandom(ActorClassID.size()))
 
-    ray.actor.ActorClassID = _FromUrandom  # type: ignore[misc, assignment]
+    ray.actor.ActorClassID = _FromUrandom
     try:
         yield
     finally:
-        ray.actor.ActorClassID = ActorClassID  # type: ignore[misc]
+        ray.actor.ActorClassID = ActorClassID
 
 
 def fresh_ray_ids() -> bool:

@@ -13,7 +13,7 @@ what the server saves, and the standard library's socket, signal, json, re and c
 cost a stub 20 of its 33 ms on 2 cores.
 """
 
-import _signal
+import _signal  # type: ignore[import-not-found]  # a C module typeshed has no stub for
 import _socket
 import _struct
 import posix
@@ -60,7 +60,7 @@ def forkable(args: list[str], env: dict[str, str] | None = None,
     import json
     import os
 
-    env = os.environ if env is None else env
+    env = dict(os.environ) if env is None else env
     language = _value(args, "--language") or "PYTHON"
     context = json.loads(_value(args, _CONTEXT) or "{}")
     # Variables read when a process or a library starts (RAY_*, thread counts, the
@@ -155,7 +155,8 @@ def main() -> None:
         if code is not None:
             posix._exit(code if code >= 0 else 128 - code)
     ray_setup = posix.environ[RAY_SETUP_ENV.encode()]
-    posix.execv(sys.executable, [sys.executable, ray_setup, *args])
+    argv: list[str | bytes] = [sys.executable, ray_setup, *args]
+    posix.execv(sys.executable, argv)
 
 
 if __name__ == "__main__":

@@ -103,7 +103,8 @@ class DdpGroup:
         placement = PlacementGroupSchedulingStrategy(group) if group else None
         options = {"num_cpus": spec.cpus_per_worker, "num_gpus": spec.gpus_per_worker,
                    "scheduling_strategy": placement}
-        self._ranks = [_DdpRank.options(**options).remote() for _ in range(spec.workers)]
+        start = _DdpRank.options  # type: ignore[attr-defined]  # added by @ray.remote
+        self._ranks = [start(**options).remote() for _ in range(spec.workers)]
         self.reopen()
 
     def reopen(self) -> None:

@@ -63,7 +63,8 @@ def acquire(spec: Distributed) -> Ranks:
         if parked.shape == shape(spec) and _wound_down(parked) and _reopened(parked):
             return parked
         close(parked)
-    group, channel = rank_group(spec), ReportChannel.remote()
+    group = rank_group(spec)
+    channel = ReportChannel.remote()  # type: ignore[attr-defined]  # added by @ray.remote
     ranks = Ranks(shape(spec), group, channel)
     try:
         group.start()

@@ -70,12 +70,14 @@ def _options(debug: bool = typer.Option(False, "--debug", metavar=FLAG,
 @guarded
 def validate(space: Path, overrides: list[str] | None = SetOption) -> None:
     """Check SPACE.yaml (keys, values, the trainable's import) and print the plan."""
+    from hpo.cluster.own_import import check_working_folder
     from hpo.driver.run.preflight import check_batch_keys
     from hpo.driver.run.translate import user_trainable
     from hpo.spec.load import load_spec
     from hpo.spec.plan import summarize
 
     spec = load_spec(space, overrides)
+    check_working_folder(str(space))
     check_batch_keys(spec, str(space))
     user_trainable(spec, str(space))  # imports it; checks the backend and a class's limits
     for key, value in summarize(spec).items():

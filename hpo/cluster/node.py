@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hpo.cluster import own_import
 from hpo.cluster.network import node_address
 from hpo.cluster.ports import pick_ports
 from hpo.cluster.ray_logs import print_ray_logs
@@ -105,7 +106,9 @@ def forked(args: list[str], private_dir: str, job_dir: Path) -> list[str]:
     if json.loads((job_dir / CONFIG_FILE).read_text()).get("dashboard", False):
         return args
     ray, start, *options = args  # ray_start_args: the `ray` script, "start", its options
-    return [sys.executable, "-m", "hpo.driver.backends.node_start", private_dir,
+    # -P: the working folder's own `hpo` (a clone of the project) is not this hpo
+    return [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []),
+            "-m", "hpo.driver.backends.node_start", private_dir,
             str(job_dir / PRELOAD_FILE), *options]
 
 
@@ -202,6 +205,7 @@ def main(role: str, job_dir: Path) -> int:
     share = NodeShare.from_env(env, socket.gethostname())
     env = ray_node_env(env, share.gpus, str(cache))
     env.update(_gpu_cores_env(job_dir, env, share.name))
+    env.update(own_import.workers_env(env))  # its -P: found without the working folder
     stopping: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda sig, _frame: stopping.append(sig))

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hpo.cluster import own_import
 from hpo.cluster.auth import RayCluster, new_token
 from hpo.cluster.bootstrap import gcs_listening
 from hpo.cluster.node import descendants, stop_processes
@@ -82,9 +83,11 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
                 *([f"--num-gpus={gpus}"] if gpus is not None else [])]
     # {job}: each run's job (hpo.ray_adapters.fast_start.worker_stub)
     fork_socket = f"{private}/fork-{{job}}.sock"
-    args = [sys.executable, "-m", "hpo.driver.backends.warm_head", fork_socket, *ray_args]
+    # -P: the working folder's own `hpo` (a clone of the project) is not this hpo
+    args = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []),
+            "-m", "hpo.driver.backends.warm_head", fork_socket, *ray_args]
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
-           "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_USAGE_STATS_ENABLED": "0", **own_import.workers_env(),
            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray keeps 127.0.0.1 only when local-only
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     if done.returncode:

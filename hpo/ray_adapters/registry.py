@@ -48,6 +48,10 @@ PATCHES: tuple[Patch, ...] = (
           _A + "node_loss:missing", "failure.max_failures on a Slurm cluster"),
     Patch("rasda", "feature", "RASDA reads the rungs and grows a promoted trial's ranks",
           _A + "tune_rasda:missing", "scheduler.type: rasda"),
+    Patch("scheduler-state", "feature",
+          "the scheduler's state rides in Tune's snapshot of its callbacks' states; a restored "
+          "ASHA trial keeps its bracket", _A + "scheduler_state:missing",
+          "exact resume (ray-project/ray#30838: Tune saves no scheduler)"),
     Patch("cluster", "feature",
           "a Slurm node's GCS client: its nodes, a preemption drain, the job's token",
           _A + "gcs:missing", "slurm join, a node's drain"),

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hpo.cluster import own_import
 from hpo.ray_adapters import gate
 from hpo.ray_adapters.fast_start import fork_server, lean_head, worker_stub
 
@@ -66,6 +67,7 @@ def main(private_dir: Path, preload_file: Path, ray_args: list[str]) -> None:
     # The server's own output (a failed preload, "not forking") goes where this node's does,
     # the experiment's Slurm log of the node: PRIVATE_DIR is removed when the node stops.
     sys.stdout.flush()
+    os.environ.update(own_import.workers_env())  # the workers import this hpo, not ./hpo
     gate.check_at_start("ray start")  # the node's own warnings, in its Slurm log
     with fork_server.serving(private_dir, output=sys.stdout.fileno()) as forks:
         if forks is None or not gate.is_on("fork-workers"):

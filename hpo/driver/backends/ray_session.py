@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from hpo.cluster import own_import
 from hpo.cluster.auth import RayCluster, environ_overlay, new_token, token_env
 from hpo.cluster.run_dir import private_run_dir
 from hpo.cluster.slurm_env import rocm_visible
@@ -143,7 +144,8 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
         stack.callback(_set_forks, None)
         stack.callback(runtime_env.note_raylet, None)
         agent_port = stack.enter_context(runtime_env.reserved_port())
-        workers_env = {**runtime_env.TUNE_DEFAULT_ENV, **(forks.env if forks else {})}
+        workers_env = {**runtime_env.TUNE_DEFAULT_ENV, **(forks.env if forks else {}),
+                       **own_import.workers_env()}  # they import this hpo, not ./hpo
         # loopback_kept: on 127.0.0.1 also where ray was imported before hpo (a notebook that
         # builds its search space with ray.tune), which _import_ray_local_only cannot reach.
         with _lean_head(forks, agent_port), environ_overlay(workers_env), loopback_kept():

@@ -14,8 +14,10 @@ SOCKET: where the stubs look for a job's fork server, with {job} for the job's I
 
 from __future__ import annotations
 
+import os
 import sys
 
+from hpo.cluster import own_import
 from hpo.cluster.warm import PID_LINE
 from hpo.driver.backends import node_start
 from hpo.ray_adapters.fast_start import fork_server, lean_head, runtime_env
@@ -28,6 +30,7 @@ def main(socket_path: str, ray_args: list[str]) -> None:
     # Tune's variables too: a run on this Ray declares its trial actors without them
     # (hpo.ray_adapters.fast_start.runtime_env reads them in the raylet's environment).
     stubs_env = {**fork_server.stubs_env(socket_path), **runtime_env.TUNE_DEFAULT_ENV}
+    os.environ.update(own_import.workers_env())  # its workers import this hpo, not ./hpo
     node_start.ray_start(ray_args, config, stubs_env if forks else None, raylets.append)
     if forks:
         print(f"{PID_LINE}{raylets[0]}", flush=True)

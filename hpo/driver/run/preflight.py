@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from hpo.cluster.own_import import check_working_folder
 from hpo.driver.run.trainable import check_findable, resets_config
 from hpo.errors import ConfigError
 from hpo.ray_adapters import gate
@@ -24,6 +25,7 @@ from hpo.trial.ranks import check_backend
 
 def before_ray(spec: Spec, source: str) -> None:
     """What the spec and this machine tell before Ray starts."""
+    check_working_folder(source)  # a ./hpo the trials would import instead of this one
     if isinstance(spec.trainable, str):  # a wrong name fails before anything starts
         check_findable(spec.trainable, source)
     check_batch_keys(spec, source)

@@ -109,6 +109,17 @@ def param_space(spec: Spec) -> dict[str, Any]:
     return {**spec.constants, **space}
 
 
+def _scheduler_state(chosen: Any) -> list[Any]:
+    """The callback that carries the scheduler's state across a stop (where the gate lets)."""
+    from hpo.ray_adapters import gate
+
+    if not gate.is_on("scheduler-state"):
+        return []
+    from hpo.ray_adapters.scheduler_state import SchedulerState
+
+    return [SchedulerState(chosen)]
+
+
 def tracking_callbacks(spec: Spec, exp_dir: Path) -> list[Any]:
     """MLflow / W&B loggers of spec.tracking (their modules import the packages: only then)."""
     if not (spec.tracking.mlflow or spec.tracking.wandb):
@@ -198,7 +209,9 @@ def tuner(spec: Spec, trainable: Any, exp_dir: Path, extra_callbacks: list[Any],
         # Ray would add its own loggers, which lose restarted trials' rows and scalars.
         # HeldStop first: the live view's last frame shows the trials a stop left open.
         # StopKeysReported before it: a result without a stop key ends the run unrecorded.
-        callbacks=[*([StopKeysReported(list(spec.stop))] if spec.stop else []), HeldStop(),
+        # SchedulerState first: Tune matches saved callback states by position.
+        callbacks=[*_scheduler_state(chosen),
+                   *([StopKeysReported(list(spec.stop))] if spec.stop else []), HeldStop(),
                    LiveProgress(spec.objectives, trial_count(spec)), *trial_loggers(),
                    *tracking_callbacks(spec, exp_dir), *best_checkpoint_callbacks(spec),
                    *extra_callbacks, EndedTrialsCopied()],

@@ -29,6 +29,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from hpo.cluster import own_import
 from hpo.cluster.slurm_env import usable_cores
 from hpo.ray_adapters import gate
 from hpo.ray_adapters.fast_start import worker_stub
@@ -118,10 +119,14 @@ class ForkServer:
                 listener.bind(str(self._path))
                 listener.listen(512)
                 fds = [listener.fileno(), read_end]
+                # -P: not the working folder first on the path, where a folder named hpo
+                # (a clone of the project) would stand in for this hpo
                 self._server = subprocess.Popen(
-                    [sys.executable, "-m", "hpo.ray_adapters.fast_start.fork_server_process",
+                    [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []),
+                     "-m", "hpo.ray_adapters.fast_start.fork_server_process",
                      *map(str, fds)],
-                    pass_fds=fds, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+                    pass_fds=fds, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    env=_found_without_cwd(env))
         except BaseException:
             os.close(write_end)
             raise
@@ -201,6 +206,13 @@ class ForkServer:
         self._reported = end
         if written:
             logging.getLogger("hpo.forks").warning("the workers' fork server wrote:\n%s", written)
+
+
+def _found_without_cwd(env: dict[str, str] | None) -> dict[str, str]:
+    """The server's environment, with this hpo's root on its PYTHONPATH where its -P (no
+    working folder on the path) would leave it unfound: an editable install, a checkout."""
+    base = dict(os.environ if env is None else env)
+    return {**base, **own_import.workers_env(base)}
 
 
 def stubs_env(socket_path: str) -> dict[str, str]:

@@ -24,6 +24,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -62,6 +63,9 @@ HEAVY = ("torch",)
 # The first job a fresh node's GCS registers: the driver of the `ray.init` that starts it. A
 # wrong guess costs only speed: the server forks no worker of another job.
 FIRST_JOB = "01000000"
+
+# How long environ_of waits for a process's exec to set its environment (a few ms at most).
+ENVIRON_WAIT_S = 10.0
 
 
 def available() -> bool:
@@ -218,9 +222,18 @@ def workers_env(raylet_pid: int) -> dict[str, str]:
     return env
 
 
-def environ_of(pid: int) -> dict[str, str]:
-    """The environment process `pid` was started with (/proc/<pid>/environ)."""
+def environ_of(pid: int, wait_s: float = ENVIRON_WAIT_S) -> dict[str, str]:
+    """The environment process `pid` was started with (/proc/<pid>/environ). A process still
+    in its exec reads as empty: Popen returns once the exec has closed its close-on-exec
+    pipe, and the kernel sets the new environment's bounds after that (3 reads in 1,000
+    right after that close saw it empty, on 2 busy cores). A fork server given an empty
+    environment imported Ray without RAY_AUTH_MODE, and its forks sent the GCS no token:
+    read again until it is not empty (a process started with none: {} after wait_s)."""
+    deadline = time.monotonic() + wait_s
     raw = Path(f"/proc/{pid}/environ").read_bytes()
+    while not raw and time.monotonic() < deadline:
+        time.sleep(0.001)
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
     pairs = (entry.split(b"=", 1) for entry in raw.split(b"\0") if b"=" in entry)
     return {os.fsdecode(key): os.fsdecode(value) for key, value in pairs}
 

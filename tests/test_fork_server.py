@@ -146,7 +146,7 @@ def test_what_was_started_ahead_and_not_taken_ends_with_the_process(tmp_path: Pa
     """... and starting it imports no Ray: hpo.driver.ray_session imports Ray later,
     local-only (listening on loopback; tests/test_loopback.py)."""
     code = ("import sys\n"
-            "from hpo.driver import fork_server\n"
+            "from hpo.ray_adapters.fast_start import fork_server\n"
             "fork_server.start_ahead()\n"
             "print(fork_server._ahead[1], fork_server._ahead[2]._server.pid, 'ray' in sys.modules,"
             " flush=True)\n")

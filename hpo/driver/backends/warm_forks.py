@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hpo.cluster.auth import RayCluster
 from hpo.cluster.run_dir import private_run_dir
-from hpo.ray_adapters.fast_start import fork_server, worker_stub
+from hpo.ray_adapters.fast_start import fork_server, raylet_env, worker_stub
 
 # A Slurm step's part of a cgroup path (v1: /slurm/uid_1/job_2/step_0; v2:
 # /system.slice/slurmstepd.scope/job_2/step_0/user/task_0): what a step confines.
@@ -56,7 +56,7 @@ def start_ahead(cluster: RayCluster) -> None:
     ask for one and its forks would be what the raylet's workers are."""
     if cluster.fork_socket and confined_alike(cluster.raylet_pid):
         try:
-            env = fork_server.workers_env(cluster.raylet_pid)
+            env = raylet_env.workers_env(cluster.raylet_pid)
         except OSError:  # the raylet ended meanwhile: the run finds no Ray
             return
         fork_server.start_ahead(env)
@@ -96,4 +96,4 @@ def _server(stack: contextlib.ExitStack, raylet_pid: int) -> fork_server.ForkSer
         stack.enter_context(ahead[0])
         return ahead[2]
     run_dir = stack.enter_context(private_run_dir())
-    return stack.enter_context(fork_server.serving(run_dir, fork_server.workers_env(raylet_pid)))
+    return stack.enter_context(fork_server.serving(run_dir, raylet_env.workers_env(raylet_pid)))

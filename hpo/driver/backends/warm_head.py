@@ -20,7 +20,7 @@ import sys
 from hpo.cluster import own_import
 from hpo.cluster.warm import PID_LINE
 from hpo.driver.backends import node_start
-from hpo.ray_adapters.fast_start import fork_server, lean_head, runtime_env
+from hpo.ray_adapters.fast_start import fork_server, lean_head, raylet_env, runtime_env
 
 
 def main(socket_path: str, ray_args: list[str]) -> None:
@@ -29,7 +29,7 @@ def main(socket_path: str, ray_args: list[str]) -> None:
     raylets: list[int] = []
     # Tune's variables too: a run on this Ray declares its trial actors without them
     # (hpo.ray_adapters.fast_start.runtime_env reads them in the raylet's environment).
-    stubs_env = {**fork_server.stubs_env(socket_path), **runtime_env.TUNE_DEFAULT_ENV}
+    stubs_env = {**raylet_env.stubs_env(socket_path), **runtime_env.TUNE_DEFAULT_ENV}
     os.environ.update(own_import.workers_env())  # its workers import this hpo, not ./hpo
     node_start.ray_start(ray_args, config, stubs_env if forks else None, raylets.append)
     if forks:

@@ -5,18 +5,17 @@ setup_worker.py imports Ray, exec's default_worker.py, which imports Ray again, 
 actor then imports ray.tune (pandas, pyarrow, ray.data). Tune runs a worker per concurrent
 trial, so 32 trial slots cost 64 CPU-s before they all run. Here one server process
 (hpo.ray_adapters.fast_start.fork_server_process) imports the libraries while Ray starts and Ray
-once the node
-and job are known; the raylet's worker command (hpo.ray_adapters.fast_start.worker_stub) asks it
-for a fork,
-which runs Ray's own default_worker.py as its main, as a started worker would. A worker that
-needs another interpreter, a container or a command prefix is started by Ray as before.
+once the node and job are known; the raylet's worker command
+(hpo.ray_adapters.fast_start.worker_stub) asks it for a fork, which runs Ray's own
+default_worker.py as its main, as a started worker would. A worker that needs another
+interpreter, a container or a command prefix is started by Ray as before, and so is every
+worker after a fork that failed its start (the run says so once: ForkServer).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import inspect
 import json
 import logging
@@ -24,6 +23,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -32,10 +32,9 @@ from typing import Any
 from hpo.cluster import own_import
 from hpo.cluster.slurm_env import usable_cores
 from hpo.ray_adapters import gate
-from hpo.ray_adapters.fast_start import worker_stub
+from hpo.ray_adapters.fast_start import raylet_env, worker_stub
 from hpo.ray_adapters.reading import unknown_config_keys
 
-SETUP_WORKER = "setup_worker.py"  # ray._private.ray_constants.SETUP_WORKER_FILENAME
 SOCKET_NAME = "fork.sock"  # in the run's (or node's) private folder
 LOG_NAME = "fork_server.log"  # the server's own output (its forks' goes to their stubs')
 
@@ -108,37 +107,60 @@ class ForkServer:
         self._link: Path | None = None
         self._own_log = run_dir / LOG_NAME if output is None else None
         self._reported = 0  # of its own log, in bytes
-        read_end, write_end = os.pipe()
-        # Only the server holds the socket: when it ends (or fails), the stubs find it closed
-        # and start their workers as Ray would.
+        read_end, write_end = os.pipe()  # the driver's orders
+        notices, told = os.pipe()  # the server's word that forking is off
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener, \
-                    contextlib.ExitStack() as files:
-                log = output if output is not None else files.enter_context(
-                    open(run_dir / LOG_NAME, "ab")).fileno()
-                listener.bind(str(self._path))
-                listener.listen(512)
-                fds = [listener.fileno(), read_end]
-                # -P: not the working folder first on the path, where a folder named hpo
-                # (a clone of the project) would stand in for this hpo
-                self._server = subprocess.Popen(
-                    [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []),
-                     "-m", "hpo.ray_adapters.fast_start.fork_server_process",
-                     *map(str, fds)],
-                    pass_fds=fds, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    env=_found_without_cwd(env))
+            self._server = self._spawn(run_dir, env, output, [read_end, told])
         except BaseException:
             os.close(write_end)
+            os.close(notices)
             raise
         finally:
             os.close(read_end)
+            os.close(told)
         # What the server is told, a JSON line each: the workers' environment, then modules
         # to import for the forks made after.
         self._orders = os.fdopen(write_end, "w")
         self._preloaded: set[str] = set()
-        self.forking = True  # until told to stop (preload_for)
+        self.forking = True  # until told to stop (preload_for), or a fork fails its start
+        self.failed: str | None = None  # why forking is off, where a fork failed its start
         self.setup_worker = worker_stub.__file__  # Ray's setup_worker_path for the node
-        self.env = stubs_env(str(self._path))  # for the raylet's environment while it starts
+        self.env = raylet_env.stubs_env(str(self._path))  # the raylet's, for its stubs
+        self._notices = threading.Thread(target=self._said_off, args=(notices,), daemon=True,
+                                         name="hpo-fork-notices")
+        self._notices.start()
+
+    def _spawn(self, run_dir: Path, env: dict[str, str] | None, output: int | None,
+               pipes: list[int]) -> subprocess.Popen[bytes]:
+        """The server's process, given its socket, bound here, and `pipes` (the orders' read
+        end, the notices' write end). Only the server holds the socket: when it ends (or
+        fails), the stubs find it closed and start their workers as Ray would."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener, \
+                contextlib.ExitStack() as files:
+            log = output if output is not None else files.enter_context(
+                open(run_dir / LOG_NAME, "ab")).fileno()
+            listener.bind(str(self._path))
+            listener.listen(512)
+            fds = [listener.fileno(), *pipes]
+            # -P: not the working folder first on the path, where a folder named hpo (a
+            # clone of the project) would stand in for this hpo
+            return subprocess.Popen(
+                [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []),
+                 "-m", "hpo.ray_adapters.fast_start.fork_server_process", *map(str, fds)],
+                pass_fds=fds, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                env=_found_without_cwd(env))
+
+    def _said_off(self, notices: int) -> None:
+        """The server's notices, until it ends: the first that forking is off (a fork failed
+        its start: hpo.ray_adapters.fast_start.fork_server_loop) is the run's one warning line."""
+        with open(notices, "rb") as lines:
+            for line in lines:
+                if self.failed is None:
+                    self.failed = line.decode(errors="replace").strip()
+                    self.forking = False
+                    logging.getLogger("hpo.ray").warning(
+                        "workers start as Ray starts them from now on: %s (the speed patch "
+                        "fork-workers is off for this run; results are the same)", self.failed)
 
     def start(self, raylet_pid: int, job_id: str = FIRST_JOB, link: Path | None = None) -> None:
         """Serve the workers of a job (by default this process's, whose `ray.init` is
@@ -147,7 +169,7 @@ class ForkServer:
         server imports Ray while the node comes up. `link`: where that node's stubs look for
         this job's server (a warm node's, which serves many jobs), made a symbolic link to
         this server's socket, removed at close (OSError: the raylet or that folder gone)."""
-        env = workers_env(raylet_pid)
+        env = raylet_env.workers_env(raylet_pid)
         env.update(RAY_JOB_ID=job_id, RAY_RAYLET_PID=str(raylet_pid))
         self._tell(env)
         if link is not None:
@@ -188,6 +210,7 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self._server.kill()
             self._server.wait()
+        self._notices.join(timeout=10)  # said before the run ends (its forks closed theirs)
         self.report()
 
     def report(self, limit: int = 1 << 16) -> None:
@@ -213,28 +236,6 @@ def _found_without_cwd(env: dict[str, str] | None) -> dict[str, str]:
     working folder on the path) would leave it unfound: an editable install, a checkout."""
     base = dict(os.environ if env is None else env)
     return {**base, **own_import.workers_env(base)}
-
-
-def stubs_env(socket_path: str) -> dict[str, str]:
-    """What a node's raylet is given in its environment for the stubs it starts (each
-    inherits it): where the fork server's socket is (with worker_stub.JOB for a warm node's
-    per-job servers), and Ray's own setup_worker.py for a worker the server does not fork."""
-    return {worker_stub.SERVER_ENV: socket_path, worker_stub.RAY_SETUP_ENV: _ray_setup_worker()}
-
-
-def workers_env(raylet_pid: int) -> dict[str, str]:
-    """The environment a raylet's workers start in: the raylet's own, but Ray's allocator
-    (LD_PRELOAD, for the raylet alone)."""
-    env = environ_of(raylet_pid)
-    env.pop("LD_PRELOAD", None)
-    return env
-
-
-def environ_of(pid: int) -> dict[str, str]:
-    """The environment process `pid` was started with (/proc/<pid>/environ)."""
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    pairs = (entry.split(b"=", 1) for entry in raw.split(b"\0") if b"=" in entry)
-    return {os.fsdecode(key): os.fsdecode(value) for key, value in pairs}
 
 
 @contextlib.contextmanager
@@ -306,25 +307,15 @@ def end_ahead() -> None:
         ahead[0].close()
 
 
-def _ray_setup_worker() -> str:
-    """Ray's setup_worker.py, beside its default_worker.py in ray/_private/workers/, found
-    without importing Ray: `hpo run` starts the server before hpo.driver.backends.ray_session
-    imports
-    Ray, local-only (loopback), beside the server's own imports."""
-    spec = importlib.util.find_spec("ray")
-    places = spec.submodule_search_locations if spec is not None else None
-    root = Path(places[0]) if places else Path("ray")
-    return str(root / "_private" / "workers" / SETUP_WORKER)
-
-
 def missing() -> list[str]:
     """What this module reads of Ray's private parts that the installed Ray lacks: Ray's
     setup_worker.py beside its default_worker.py (the node's worker command and its
     raylet are set and read by hpo.ray_adapters.fast_start.lean_head.lean_head)."""
     from ray._private import ray_constants
 
-    gaps = [] if Path(_ray_setup_worker()).is_file() and \
-        ray_constants.SETUP_WORKER_FILENAME == SETUP_WORKER else [_ray_setup_worker()]
+    setup_worker = raylet_env.ray_setup_worker()
+    gaps = [] if Path(setup_worker).is_file() and \
+        ray_constants.SETUP_WORKER_FILENAME == raylet_env.SETUP_WORKER else [setup_worker]
     return gaps + [f"Ray config {key}" for key in unknown_config_keys(system_config())]
 
 

@@ -2,7 +2,12 @@
 (hpo.ray_adapters.fast_start.fork_server_loop): the stub's stdio, working directory and
 environment, Ray's
 runtime-env variables set as setup_worker.py sets them, fresh random generators, then Ray's
-worker script as its main; it exits as the interpreter would, never back into the server."""
+worker script as its main; it exits as the interpreter would, never back into the server.
+A fork that ends before it registers with its raylet (before Ray's worker has its core
+worker) with any code but 0 exits with FAILED_START instead (a registered worker's own
+FAILED_START exits as 1): its server then forks no more, and its stub starts Ray's own worker
+(hpo.ray_adapters.fast_start.fork_server_loop). For tests only, FAIL_START_ENV=1 in a
+worker's environment has its fork fail so, as a fork refused by the GCS did."""
 
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ from typing import Any, NamedTuple, NoReturn
 
 from hpo.ray_adapters.fast_start import fork_server_warm
 
+FAILED_START = 117  # a fork's exit code: it ended before it registered with its raylet
+FAIL_START_ENV = "HPO_TEST_FORK_FAILS"  # tests: "1" makes each fork fail its start
 
 class Request(NamedTuple):
     """What a stub asks for: the worker's working directory, arguments and environment."""
@@ -40,13 +47,19 @@ def become_worker(request: Request, fds: list[int]) -> NoReturn:
         os.environ.update(request.env)
         sys.argv = _as_setup_worker(request.args)
         _fresh_state()
+        if request.env.get(FAIL_START_ENV) == "1":
+            raise RuntimeError(f"{FAIL_START_ENV}=1: this fork fails its start")
         code = 0
         fork_server_warm.run_as_main(sys.argv[0])
     except SystemExit as exc:
         code = exc.code
     except BaseException:
         traceback.print_exc()
-    _exit(code)
+        code = 1  # as the interpreter exits after an uncaught exception
+    code = code if isinstance(code, int) else int(code is not None)
+    if _registered():  # a worker's own exit: its code, unless it reads as a failed start
+        _exit(1 if code == FAILED_START else code)
+    _exit(FAILED_START if code != 0 else 0)
 
 
 def _as_setup_worker(args: list[str]) -> list[str]:
@@ -77,19 +90,27 @@ def _fresh_state() -> None:
         numpy.random.seed()  # the global generator, seeded from the OS as at import
 
 
-def _exit(code: Any) -> NoReturn:
+def _registered() -> bool:
+    """Whether this fork's Ray worker registered with its raylet: `connect` made its core
+    worker (ray._private.worker.connect sets global_worker.core_worker)."""
+    worker = sys.modules.get("ray._private.worker")
+    return worker is not None and hasattr(worker.global_worker, "core_worker")
+
+
+def _exit(code: int) -> NoReturn:
     """Exit as the interpreter would (atexit hooks, flushed stdio), without unwinding into
     the server's frames."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    os._exit(code if isinstance(code, int) else int(code is not None))
+    os._exit(code)
 
 
 def missing() -> list[str]:
     """What a fork reads of Ray's private parts that the installed Ray lacks: the worker's
-    main, setup_worker.py's parser and its runtime-env context."""
+    main, setup_worker.py's parser and its runtime-env context, where a worker keeps its
+    core worker."""
     import inspect
 
     from ray._private.runtime_env.context import RuntimeEnvContext
@@ -105,4 +126,8 @@ def missing() -> list[str]:
         gaps.append("RuntimeEnvContext fields")
     if "update_envs(self.env_vars)" not in inspect.getsource(RuntimeEnvContext.exec_worker):
         gaps.append("RuntimeEnvContext.exec_worker(update_envs)")
+    from ray._private import worker
+
+    if "worker.core_worker = ray._raylet.CoreWorker(" not in inspect.getsource(worker.connect):
+        gaps.append("ray._private.worker.connect sets global_worker.core_worker")
     return gaps

@@ -61,7 +61,7 @@ WORKER_EXTRAS = ("ray._private.arrow_serialization", "hpo.trial.batched",
                  "ray._private.workers.setup_worker", "ray.dag.compiled_dag_node")
 
 
-def main(listener_fd: int, orders_fd: int) -> None:
+def main(listener_fd: int, orders_fd: int, notices_fd: int | None = None) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # as Ray's own processes
     gc.disable()  # while it imports: no collection leaves holes in the pages forks share
     parent = os.getppid()
@@ -85,7 +85,7 @@ def main(listener_fd: int, orders_fd: int) -> None:
         return  # the stubs find the socket closed and start their workers as Ray does
     gc.freeze()  # the forks share these pages instead of copying them at their first GC
     gc.enable()  # for what the loop and the forks make (a collection skips the frozen)
-    Server(listener, orders, fresh_ray_ids).run(parent)
+    Server(listener, orders, fresh_ray_ids, notices_fd).run(parent)
 
 
 def import_libraries() -> None:
@@ -172,4 +172,4 @@ def missing() -> list[str]:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+    main(*map(int, sys.argv[1:4]))

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo.ray_adapters.fast_start import agent_gate
-from hpo.ray_adapters.fast_start.fork_server import environ_of
+from hpo.ray_adapters.fast_start.raylet_env import environ_of
 from hpo.ray_adapters.reading import command_prefixed, replaced
 
 AGENT_COMMAND = "--runtime_env_agent_command="  # the raylet's argument (gated by lean_head)

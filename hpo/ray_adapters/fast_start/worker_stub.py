@@ -26,6 +26,10 @@ JOB = b"{job}"
 RAY_SETUP_ENV = "HPO_RAY_SETUP_WORKER"  # Ray's own setup_worker.py
 _CONTEXT = "--serialized-runtime-env-context"
 _INT = _struct.Struct("!i")
+# The server's answer in place of a forked worker's exit code where that fork ended before it
+# registered with the raylet: this stub then becomes Ray's own worker, which the raylet sees
+# register as the worker it started (it waits up to 60 s for one that ends unregistered).
+NOT_STARTED = -(1 << 30)
 _STDIO = _struct.pack("3i", 0, 1, 2)  # SCM_RIGHTS data: this process's stdin, out, err
 # Runtime-env variables that nothing the server imports reads: the fork sets them as Ray's
 # setup_worker.py would. Tune gives every trial actor PL_DISABLE_FORK (read by PyTorch
@@ -99,7 +103,7 @@ def _value(args: list[str], flag: str) -> str | None:
 
 def _forked(server: bytes, args: list[str]) -> int | None:
     """The forked worker's exit code (as a subprocess's returncode), or None when no worker
-    was forked (the caller then starts one itself)."""
+    was forked or the fork failed its start (the caller then starts one itself)."""
     conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
     try:
         conn.connect(server)
@@ -113,7 +117,8 @@ def _forked(server: bytes, args: list[str]) -> int | None:
     pid = _INT.unpack(reply)[0]
     for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
         _signal.signal(sig, lambda signum, _frame: _send(pid, signum))
-    return _exit_code(conn, pid)
+    code = _exit_code(conn, pid)
+    return None if code == NOT_STARTED else code
 
 
 def _send(pid: int, signum: int) -> None:

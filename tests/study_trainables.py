@@ -77,6 +77,20 @@ def placed(config: dict[str, Any]) -> None:
                     "cxi_fork_safe": os.environ.get("CXI_FORK_SAFE", "unset")})
 
 
+def contained(config: dict[str, Any]) -> None:
+    """Reports what a process in the job's container sees: srun (absent in an image), a
+    host path that is not bound (`host_only`), and the variables set for the inside only
+    (FI_MR_CACHE_MONITOR) and for the job (CXI_FORK_SAFE)."""
+    import os
+    import shutil
+
+    time.sleep(config["sleep"])
+    hpo.report({"score": config["x"], "srun": shutil.which("srun") or "none",
+                "host_only": os.path.exists(config["host_only"]),
+                "fi_mr_cache_monitor": os.environ.get("FI_MR_CACHE_MONITOR", "unset"),
+                "cxi_fork_safe": os.environ.get("CXI_FORK_SAFE", "unset")})
+
+
 def timed(config: dict[str, Any]) -> None:
     """Reports when it started and, at each step, the time now: trials that ran at once
     overlap in these intervals."""

@@ -43,6 +43,7 @@ def _settings(space: Path, overrides: list[str] | None, site: str | None,
 
 def _render(space: Path, overrides: list[str] | None, site: str | None, storage: str | None,
             name: str | None, workdir: Path | None, sbatch: SbatchOptions) -> str:
+    from hpo.cluster.container_job import quota_warning
     from hpo.cluster.sbatch import render_sbatch
     from hpo.spec.job_fit import check_fits_the_job
     from hpo.spec.site import site_argument
@@ -52,6 +53,8 @@ def _render(space: Path, overrides: list[str] | None, site: str | None, storage:
         err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     _warn_billing(settings)
     _warn_idle_gpus(spec, settings)
+    if (quota := quota_warning(settings)) is not None:
+        err.print(f"warning: {quota}", highlight=False, soft_wrap=True)
     job_dir = _job_workdir(workdir, settings.workdir)
     return render_sbatch(spec.name, _space_in(job_dir, space), settings, workdir=job_dir,
                          storage=storage, run_name=name,

@@ -36,6 +36,7 @@ from hpo.cluster.node import (
 from hpo.cluster.ray_logs import RAY_LOG_MARK
 from hpo.cluster.render import srun_args
 from hpo.cluster.slurm_env import Allocation, rocm_visible
+from hpo.cluster.steps import Step, container_words, start_step
 from hpo.errors import ClusterStartError
 from hpo.ray_adapters import gcs
 from hpo.spec.slurm import SlurmSettings
@@ -48,7 +49,7 @@ STOP_GRACE_S = 20.0  # > the node processes' own grace (node.STOP_GRACE_S x 2)
 class _Step:
     node: str
     log: Path
-    proc: subprocess.Popen[bytes]
+    proc: Step
 
 
 def make_job_dir(root: str, job_id: str, options: SlurmSettings) -> Path:
@@ -74,8 +75,9 @@ def _launch(alloc: Allocation, job_dir: Path, log_dir: Path) -> list[_Step]:
     for node in alloc.nodes:
         role = "head" if node == alloc.head else "worker"
         log_file = log_dir / f"ray-{node}.log"
-        args = srun_args(node, role, sys.executable, job_dir, log_file, alloc.cpus_on(node))
-        steps.append(_Step(node, log_file, subprocess.Popen(args, stdin=subprocess.DEVNULL)))
+        args = srun_args(node, role, sys.executable, job_dir, log_file, alloc.cpus_on(node),
+                         container_words())
+        steps.append(_Step(node, log_file, start_step(args)))
     return steps
 
 

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import platform
-import shlex
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpo.cluster.container_job import host_steps
 from hpo.cluster.node import (
     HEAD_FILE,
     NODES_DIR,
@@ -40,6 +40,7 @@ from hpo.cluster.sbatch import (
     sbatch_options,
 )
 from hpo.cluster.slurm_env import Allocation
+from hpo.cluster.steps import Step, container_words, start_step
 from hpo.errors import ClusterStartError, ExperimentError, NotRunningError
 from hpo.spec.slurm import SlurmSettings
 
@@ -144,9 +145,11 @@ def render_join(exp_dir: Path, name: str, settings: SlurmSettings, workdir: str)
     options = sbatch_options(f"{name}-join", settings.model_copy(update={"requeue": False}))
     options.insert(len(options) - len(settings.sbatch),  # the user's own options stay last
                    f"--signal=B:USR1@{settings.signal_seconds}")
-    python = JobPython.of(settings.venv, str(exp_dir))
-    command = shlex.join([python.python, "-m", "hpo", "slurm", "worker", str(exp_dir)])
+    python = JobPython.for_job(settings, str(exp_dir))
+    command = python.command(["-m", "hpo", "slurm", "worker", str(exp_dir)])
     run = _WORKER_RUN.format(seconds=settings.signal_seconds, command=command)
+    if settings.container.enabled:
+        run = host_steps() + "\n" + run
     return fill_template(TEMPLATE, str(exp_dir), options,
                          environment(settings, workdir, python), run)
 
@@ -180,15 +183,15 @@ def run_joined(exp_dir: Path, env: Mapping[str, str] = os.environ,
     return 0
 
 
-def _launch(alloc: Allocation, job_dir: Path, log_dir: Path) -> list[subprocess.Popen[bytes]]:
+def _launch(alloc: Allocation, job_dir: Path, log_dir: Path) -> list[Step]:
     log_dir.mkdir(parents=True, exist_ok=True)
-    return [subprocess.Popen(srun_args(node, "join", sys.executable, job_dir,
-                                       log_dir / f"ray-{node}.log", alloc.cpus_on(node)),
-                             stdin=subprocess.DEVNULL)
+    container = container_words()
+    return [start_step(srun_args(node, "join", sys.executable, job_dir,
+                                 log_dir / f"ray-{node}.log", alloc.cpus_on(node), container))
             for node in alloc.nodes]
 
 
-def _wait_joined(alloc: Allocation, point: JoinPoint, steps: list[subprocess.Popen[bytes]],
+def _wait_joined(alloc: Allocation, point: JoinPoint, steps: list[Step],
                  asked: list[int]) -> None:
     """Until every node of this job is alive in the study's Ray cluster."""
     from hpo.cluster.node import node_file
@@ -215,7 +218,7 @@ def _wait_joined(alloc: Allocation, point: JoinPoint, steps: list[subprocess.Pop
                                 f"slurm-{alloc.job_id}")
 
 
-def _wait_steps(steps: list[subprocess.Popen[bytes]], grace: float) -> None:
+def _wait_steps(steps: list[Step], grace: float) -> None:
     deadline = time.monotonic() + grace
     for step in steps:
         try:

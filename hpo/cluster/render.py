@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from hpo.cluster.ports import RayPorts
@@ -45,14 +46,15 @@ def ray_start_args(ray: str, *, ip: str, ports: RayPorts, share: NodeShare, temp
 
 
 def srun_args(node: str, role: str, python: str, job_dir: Path, log: Path,
-              cpus: int | None = None) -> list[str]:
+              cpus: int | None = None, container: Sequence[str] = ()) -> list[str]:
     """One single-task step on `node` running hpo's node process (which runs `ray start`).
 
     The step asks again for the job's `cpus` on that node (srun does not inherit sbatch's
     --cpus-per-task; a site that binds steps to cores would give it one) and for all of the
     job's memory there (--mem=0); it gets all of the job's GPUs there by default.
+    `container` (`<runtime> exec [options] <image>`) runs the node process in the job's image.
     """
     share = [f"--cpus-per-task={cpus}"] if cpus is not None else []
     return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", *share, "--mem=0",
             "--kill-on-bad-exit=0", f"--job-name=ray-{role}", f"--output={log}",
-            f"--error={log}", python, "-m", "hpo.cluster.node", role, str(job_dir)]
+            f"--error={log}", *container, python, "-m", "hpo.cluster.node", role, str(job_dir)]

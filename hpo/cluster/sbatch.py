@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpo.cluster import container_job
 from hpo.errors import ConfigError
 from hpo.spec.slurm import SlurmSettings
 
@@ -74,6 +75,23 @@ class JobPython:
 
     lines: tuple[str, ...]
     python: str
+    prefix: str = ""  # shell words before it: the container's `<runtime> exec ... <image>`
+
+    def command(self, args: Sequence[str]) -> str:
+        """The shell line that runs `python ARGS` (in the container, if any)."""
+        line = shlex.join([self.python, *args])
+        return f"{self.prefix} {line}" if self.prefix else line
+
+    @classmethod
+    def for_job(cls, s: SlurmSettings, source: str) -> JobPython:
+        """In the job's container (slurm.venv is the host's: refused there), else `of`."""
+        if not s.container.enabled:
+            return cls.of(s.venv, source)
+        if s.venv is not None:
+            raise ConfigError(source, "slurm.venv", f"{s.venv} is a venv outside the "
+                              "container, but the job runs in slurm.container", "set "
+                              "slurm.container.venv (a venv made inside the image) instead")
+        return cls((), s.container.python, container_job.driver_prefix(s))
 
     @classmethod
     def of(cls, venv: str | None, source: str, prefix: str = sys.prefix,
@@ -109,20 +127,22 @@ def environment(s: SlurmSettings, workdir: str, python: JobPython) -> list[str]:
     lines += python.lines
     # Double quotes: $SLURM_JOB_ID and the like expand (values are checked to stay inside).
     lines += [f'export {name}="{value}"' for name, value in s.env.items()]
+    if s.container.enabled:
+        lines += container_job.environment_lines(s)
     lines += s.setup
     lines.append(f"cd {shlex.quote(workdir)}")
     return lines
 
 
-def hpo_command(python: str, space: str, storage: str | None, name: str | None,
+def hpo_command(python: JobPython, space: str, storage: str | None, name: str | None,
                 site: str | None, overrides: Sequence[str]) -> str:
-    args = [python, "-m", "hpo", "slurm", "run", space]
+    args = ["-m", "hpo", "slurm", "run", space]
     for flag, value in (("--storage", storage), ("--name", name), ("--site", site)):
         if value:
             args += [flag, value]
     for item in overrides:
         args += ["--set", item]
-    return shlex.join(args)
+    return python.command(args)
 
 
 def render_sbatch(name: str, space: str, settings: SlurmSettings, *, workdir: str,
@@ -134,10 +154,12 @@ def render_sbatch(name: str, space: str, settings: SlurmSettings, *, workdir: st
     Example:
         >>> print(render_sbatch("digits", "space.yaml", SlurmSettings(nodes=2), workdir="."))
     """
-    python = python or JobPython.of(settings.venv, space)
-    command = hpo_command(python.python, space, storage, run_name, site, overrides)
+    python = python or JobPython.for_job(settings, space)
+    command = hpo_command(python, space, storage, run_name, site, overrides)
     run = (_REQUEUE_RUN.format(seconds=settings.signal_seconds, command=command)
            if settings.requeue else command + "\n")
+    if settings.container.enabled:
+        run = container_job.host_steps() + "\n" + run
     return fill_template(template, space, sbatch_options(name, settings),
                          environment(settings, workdir, python), run)
 

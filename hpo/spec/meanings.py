@@ -91,6 +91,16 @@ MEANINGS: dict[str, str] = {
     "slurm.node_gpus": "GPUs one node has.",
     "slurm.cpus_per_gpu": "CPUs to ask for with each GPU.",
     "slurm.gpu_option": "How the job asks for GPUs: `--gpus-per-node=N`.",
+    "slurm.container.runtime": "The program that runs the image: `apptainer`, or `singularity` "
+                               "(SingularityCE, LUMI's runtime).",
+    "slurm.container.binds": "Host paths the job needs inside, as `-B` takes them "
+                             "(`src[:dst[:ro|rw]]`): the workdir, the results, the venv, "
+                             "project and scratch folders. Keep dst = src: hpo hands the same "
+                             "paths to the inside and to srun outside.",
+    "slurm.container.env": "Variables set inside the container only (exported with the "
+                           "runtime's `APPTAINERENV_`/`SINGULARITYENV_` prefix, which the "
+                           "image's own environment cannot override), e.g. LUMI's "
+                           "`FI_MR_CACHE_MONITOR: userfaultfd`.",
     "slurm.gpu_vendor": "The nodes' GPU maker; `amd` (ROCm) refuses Horovod on its GPUs.",
     "slurm.hostname_suffix": "Appended to a node's name for its address.",
     "distributed.env": "Environment variables of the rank processes.",

@@ -22,6 +22,7 @@ from pydantic import (
 
 from hpo.errors import ConfigError
 from hpo.spec._validation import FieldProblem, Strict, config_error
+from hpo.spec.container import ContainerSettings
 from hpo.spec.site import site_layers
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -116,6 +117,10 @@ class SlurmSettings(Strict):
     gpu_cores: list[str] = Field(default_factory=list)
     # The site's partitions by name (merged by name): their time limits and billing.
     partitions: dict[str, PartitionLimits] = Field(default_factory=dict)
+    # Every Python process of the job (hpo, Ray, the trials) in this image; srun stays outside
+    container: ContainerSettings = Field(default_factory=ContainerSettings)
+    # File systems with a file-count quota, by path prefix: a venv there warns at render
+    file_quotas: dict[str, PositiveInt] = Field(default_factory=dict)
 
     @property
     def cpus_per_task(self) -> int | None:
@@ -240,8 +245,8 @@ class SlurmSettings(Strict):
 def merged_settings(spec_slurm: SlurmSettings, site: str | Path | None,
                     options: dict[str, Any], source: str) -> SlurmSettings:
     """Built-in base < site file < the YAML's `slurm:` keys < command-line options (unset
-    ones skipped). `env` and `partitions` merge by name, so adding one keeps the site's
-    others."""
+    ones skipped). `env`, `partitions` and `file_quotas` merge by name, so adding one keeps
+    the site's others; `container` merges by key (its `env` by name)."""
     data: dict[str, Any] = {}
     for layer_source, raw in site_layers(site) if site is not None else []:
         _merge(data, _validated(raw, layer_source).model_dump(exclude_unset=True))
@@ -258,7 +263,12 @@ def merged_settings(spec_slurm: SlurmSettings, site: str | Path | None,
 
 def _merge(data: dict[str, Any], layer: dict[str, Any]) -> None:
     for key, value in layer.items():
-        merged_by_name = key in ("env", "partitions")
+        if key == "container":  # by key, and its env by name
+            merged = {**data.get(key, {}), **value}
+            merged["env"] = {**data.get(key, {}).get("env", {}), **value.get("env", {})}
+            data[key] = merged
+            continue
+        merged_by_name = key in ("env", "partitions", "file_quotas")
         data[key] = {**data.get(key, {}), **value} if merged_by_name else value
 
 

@@ -125,17 +125,17 @@ def test_the_raylet_starts_each_stub_without_site_and_forks_bring_rays_exit_impo
 
 def test_a_server_started_ahead_serves_the_next_embedded_ray(tmp_path: Path) -> None:
     """`hpo run` starts the run folder and the fork server before its imports
-    (fork_server.start_ahead): the embedded Ray it then starts forks its workers there, and
+    (forks_ahead.start_ahead): the embedded Ray it then starts forks its workers there, and
     both end with that Ray."""
-    from hpo.ray_adapters.fast_start import fork_server
+    from hpo.driver.backends import forks_ahead
 
-    fork_server.start_ahead()
-    ahead = fork_server._ahead
+    forks_ahead.start_ahead()
+    ahead = forks_ahead._ahead
     assert ahead is not None and ahead[2] is not None
     run_dir, server = ahead[1], ahead[2]._server.pid
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
         parent = ray.get(Probe.remote().facts.remote())["parent"]
-        assert fork_server._ahead is None  # taken
+        assert forks_ahead._ahead is None  # taken
         assert (run_dir / "r").is_dir()  # Ray's temp dir in the folder made ahead
     assert parent == server
     assert _gone(server, timeout_s=15)
@@ -146,9 +146,9 @@ def test_what_was_started_ahead_and_not_taken_ends_with_the_process(tmp_path: Pa
     """... and starting it imports no Ray: hpo.driver.backends.ray_session imports Ray later,
     local-only (listening on loopback; tests/test_loopback.py)."""
     code = ("import sys\n"
-            "from hpo.ray_adapters.fast_start import fork_server\n"
-            "fork_server.start_ahead()\n"
-            "print(fork_server._ahead[1], fork_server._ahead[2]._server.pid, 'ray' in sys.modules,"
+            "from hpo.driver.backends import forks_ahead\n"
+            "forks_ahead.start_ahead()\n"
+            "print(forks_ahead._ahead[1], forks_ahead._ahead[2]._server.pid, 'ray' in sys.modules,"
             " flush=True)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
@@ -676,10 +676,10 @@ def test_a_bad_spec_starts_no_fork_server(tmp_path: Path,
     """`hpo run` starts its workers' fork server ahead, but only once the spec is valid."""
     from conftest import cli_invoke
 
-    from hpo.ray_adapters.fast_start import fork_server
+    from hpo.driver.backends import forks_ahead
 
     started: list[object] = []
-    monkeypatch.setattr(fork_server, "start_ahead", lambda *args: started.append(args))
+    monkeypatch.setattr(forks_ahead, "start_ahead", lambda *args: started.append(args))
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: b\ntrainable: x:y\nmetric: m\nmode: sideways\n")
     code, said, _ = cli_invoke(["run", str(bad), "--storage", str(tmp_path)])

@@ -125,7 +125,7 @@ def _warm_or_forks_ahead(cpus: int | None) -> RayCluster | None:
 
     cluster = warm.for_run(cpus)
     if cluster is None:
-        from hpo.ray_adapters.fast_start.fork_server import start_ahead
+        from hpo.driver.backends.forks_ahead import start_ahead
 
         start_ahead()
     else:  # a warm Ray's stubs ask for this run's own server

@@ -21,10 +21,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hpo.driver.backends import forks_ahead
 from hpo.driver.guards.start_stop import StoppedAtStart
 from hpo.driver.guards.storage_faults import storage_error
 from hpo.errors import ExperimentError, HpoError, OutputError, TrialErrorsWarning
-from hpo.ray_adapters.fast_start import fork_server
 
 if TYPE_CHECKING:  # pandas: imported where a table is made, not at the CLI's start
     import pandas as pd
@@ -58,7 +58,7 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
                 traceback.print_exc()
             err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
             if isinstance(error, StoppedAtStart):
-                fork_server.end_ahead()  # what `hpo run` started early: no exit handler runs
+                forks_ahead.end_ahead()  # what `hpo run` started early: no exit handler runs
                 _exit_at_once(error.exit_code)
             raise typer.Exit(error.exit_code) from None
 

@@ -25,7 +25,7 @@ from hpo.cluster import own_import
 from hpo.cluster.auth import RayCluster, environ_overlay, new_token, token_env
 from hpo.cluster.run_dir import private_run_dir
 from hpo.cluster.slurm_env import rocm_visible
-from hpo.driver.backends import kept_ray, warm_forks
+from hpo.driver.backends import forks_ahead, kept_ray, warm_forks
 from hpo.driver.backends.ray_log import log_ray_to, stop_logging
 from hpo.driver.backends.users_ray import users_ray
 from hpo.errors import ConfigError
@@ -165,8 +165,8 @@ def _start(num_cpus: int | None, num_gpus: int | None) -> contextlib.ExitStack:
 
 def _run_dir_and_forks(stack: contextlib.ExitStack) -> tuple[Path, fork_server.ForkServer | None]:
     """The run's private folder, its token set, and a fork server: those `hpo run` started
-    ahead (fork_server.start_ahead), or new ones; the stack ends them."""
-    ahead = fork_server.taken_ahead()
+    ahead (forks_ahead.start_ahead), or new ones; the stack ends them."""
+    ahead = forks_ahead.taken_ahead()
     if ahead is not None:
         held, run_dir, forks = ahead
         stack.enter_context(held)

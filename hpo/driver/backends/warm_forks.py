@@ -20,6 +20,7 @@ from pathlib import Path
 
 from hpo.cluster.auth import RayCluster
 from hpo.cluster.run_dir import private_run_dir
+from hpo.driver.backends import forks_ahead
 from hpo.ray_adapters.fast_start import fork_server, raylet_env, worker_stub
 
 # A Slurm step's part of a cgroup path (v1: /slurm/uid_1/job_2/step_0; v2:
@@ -52,14 +53,14 @@ def _read(pid: int | str, name: str) -> str:
 
 
 def start_ahead(cluster: RayCluster) -> None:
-    """Start this run's server ahead (fork_server.start_ahead), where the warm Ray's stubs
+    """Start this run's server ahead (forks_ahead.start_ahead), where the warm Ray's stubs
     ask for one and its forks would be what the raylet's workers are."""
     if cluster.fork_socket and confined_alike(cluster.raylet_pid):
         try:
             env = raylet_env.workers_env(cluster.raylet_pid)
         except OSError:  # the raylet ended meanwhile: the run finds no Ray
             return
-        fork_server.start_ahead(env)
+        forks_ahead.start_ahead(env)
 
 
 @contextlib.contextmanager
@@ -69,7 +70,7 @@ def job_server(cluster: RayCluster, job: str) -> Iterator[fork_server.ForkServer
     apart from this process, or the server cannot start: Ray then starts the workers."""
     log = logging.getLogger("hpo.cluster")
     if not confined_alike(cluster.raylet_pid):
-        fork_server.end_ahead()
+        forks_ahead.end_ahead()
         log.info("workers start as Ray starts them: the warm Ray's raylet (pid %d) is gone, or "
                  "runs in another Slurm step, on other CPUs, or with other limits or "
                  "namespaces than this run", cluster.raylet_pid)
@@ -91,7 +92,7 @@ def job_server(cluster: RayCluster, job: str) -> Iterator[fork_server.ForkServer
 def _server(stack: contextlib.ExitStack, raylet_pid: int) -> fork_server.ForkServer | None:
     """The server `hpo run` started ahead (start_ahead), or a new one in the raylet's
     environment; the stack ends it."""
-    ahead = fork_server.taken_ahead()
+    ahead = forks_ahead.taken_ahead()
     if ahead is not None:
         stack.enter_context(ahead[0])
         return ahead[2]

@@ -318,11 +318,11 @@ def test_an_attribute_ray_no_longer_sets_is_named(monkeypatch: pytest.MonkeyPatc
 
 def test_a_config_key_ray_does_not_name_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both adapters that set `_system_config` keys name one Ray's library lacks (one check,
-    hpo.ray_adapters.tune_guards.unknown_config_keys)."""
-    from hpo.ray_adapters import tune_guards
+    hpo.ray_adapters.source.unknown_config_keys)."""
+    from hpo.ray_adapters import source
     from hpo.ray_adapters.fast_start import fork_server, lean_head
 
-    assert tune_guards.unknown_config_keys(
+    assert source.unknown_config_keys(
         ["raylet_client_num_connect_attempts", "raylet_client_num", "no_such_key"]) == [
         "raylet_client_num", "no_such_key"]  # a name's head is not the name
     monkeypatch.setattr(lean_head, "NODE_CONFIG",

@@ -52,9 +52,10 @@ import importlib
 import inspect
 import re
 import subprocess
-from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
+
+from hpo.ray_adapters.source import class_text, source
 
 # What a handler of actor errors is given: the trial, the RayActorError, and Tune's own
 # handling (count it), to call for a death it does not forgive.
@@ -96,16 +97,28 @@ def ray_class(path: str) -> type:
 
 def sets_or_defines(cls: type, name: str) -> bool:
     """Whether a class's own code (its MRO's, not hpo's) defines `name` or assigns self.name."""
-    # also `self.x: T = ...`, the annotation over a few lines
-    assigned = re.compile(rf"self\.{name}\s*(?::[^=\n]*(?:\n[^=\n]*){{0,3}})?=[^=]")
-    return any(name in vars(base) or assigned.search(source_of(base))
+    return any(name in vars(base) or _assigns(source_of(base), name)
                for base in cls.__mro__ if base.__module__.split(".")[0] == "ray")
+
+
+def _assigns(text: str, name: str) -> bool:
+    # also `self.x: T = ...`, the annotation over a few lines
+    return re.search(rf"self\.{name}\s*(?::[^=\n]*(?:\n[^=\n]*){{0,3}})?=[^=]", text) is not None
+
+
+def _inherits(path: str, name: str) -> bool:
+    """sets_or_defines for a Ray class by its path, read from its file first: an integration's
+    module (MLflow's imports mlflow, 0.8 s) is imported only where its own text lacks it."""
+    module, _, qualname = path.rpartition(".")
+    text = class_text(module, qualname)
+    return bool(text) and (_assigns(text, name) or re.search(rf"\bdef {name}\(", text)
+                           is not None) or sets_or_defines(ray_class(path), name)
 
 
 def source_of(cls: type) -> str:
     """A class's source (empty where it has none)."""
     try:
-        return inspect.getsource(cls)
+        return source(cls)
     except (OSError, TypeError):
         return ""
 
@@ -222,17 +235,6 @@ def kept_checkpoint_rows(trial: Any) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: int(row.get("training_iteration", 0)))
 
 
-def unknown_config_keys(keys: Iterable[str]) -> list[str]:
-    """Those of these `_system_config` keys that the installed Ray's library does not name
-    (an unknown key fails the node's start). Ray's config names are NUL-ended strings in
-    _raylet.so; a string of another use may match too, so this only catches a name gone from
-    Ray: the tests that start a node with these keys are the real check."""
-    import ray._raylet
-
-    names = Path(ray._raylet.__file__).read_bytes()
-    return [key for key in keys if key.encode() + b"\0" not in names]
-
-
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks (empty: all there)."""
     return actor_error_gaps() + snapshot_gaps() + history_gaps()
@@ -260,8 +262,7 @@ def history_gaps() -> list[str]:
                            property)):
         gaps.append("Trial.run_metadata.checkpoint_manager.best_checkpoint_results")
     gaps += _trial_folder_gaps()
-    gaps += [f"{path}.{name}" for path, name in INHERITED_STATE
-             if not sets_or_defines(ray_class(path), name)]
+    gaps += [f"{path}.{name}" for path, name in INHERITED_STATE if not _inherits(path, name)]
     return gaps + [gap for hook in OVERRIDDEN_HOOKS if (gap := _hook_gap(hook))]
 
 
@@ -269,7 +270,7 @@ def snapshot_gaps() -> list[str]:
     from ray.train._internal import checkpoint_manager, storage, syncer
     from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
 
-    sync_up = inspect.getsource(syncer._BackgroundSyncer.sync_up)
+    sync_up = source(syncer._BackgroundSyncer.sync_up)
     skip, build = sync_up.find("_should_continue_existing_sync"), sync_up.find("._sync_up_command(")
     wanted = {
         "_CheckpointManager.register_checkpoint calls _delete_fs_path(fs=, fs_path=)":

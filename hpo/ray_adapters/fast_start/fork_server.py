@@ -32,7 +32,7 @@ from typing import Any
 from hpo.cluster.slurm_env import usable_cores
 from hpo.ray_adapters import gate
 from hpo.ray_adapters.fast_start import worker_stub
-from hpo.ray_adapters.tune_guards import unknown_config_keys
+from hpo.ray_adapters.source import unknown_config_keys
 
 SETUP_WORKER = "setup_worker.py"  # ray._private.ray_constants.SETUP_WORKER_FILENAME
 SOCKET_NAME = "fork.sock"  # in the run's (or node's) private folder

@@ -90,10 +90,10 @@ def _exit(code: Any) -> NoReturn:
 def missing() -> list[str]:
     """What a fork reads of Ray's private parts that the installed Ray lacks: the worker's
     main, setup_worker.py's parser and its runtime-env context."""
-    import inspect
-
     from ray._private.runtime_env.context import RuntimeEnvContext
     from ray._private.workers import default_worker, setup_worker
+
+    from hpo.ray_adapters.source import source
 
     gaps = []
     if "ray._private.worker.connect(" not in Path(default_worker.__file__).read_text():
@@ -103,6 +103,6 @@ def missing() -> list[str]:
     fields = set(vars(RuntimeEnvContext()))
     if not {"command_prefix", "env_vars", "py_executable", "override_worker_entrypoint"} <= fields:
         gaps.append("RuntimeEnvContext fields")
-    if "update_envs(self.env_vars)" not in inspect.getsource(RuntimeEnvContext.exec_worker):
+    if "update_envs(self.env_vars)" not in source(RuntimeEnvContext.exec_worker):
         gaps.append("RuntimeEnvContext.exec_worker(update_envs)")
     return gaps

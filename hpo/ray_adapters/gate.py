@@ -42,6 +42,7 @@ class Decision:
         return not self.off_why
 
 
+@functools.cache
 def ray_version() -> tuple[int, int]:
     """The installed Ray's (major, minor), read from its metadata (no import of Ray)."""
     major, minor, *_ = importlib.metadata.version("ray").split(".")

@@ -26,6 +26,8 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
+from hpo.ray_adapters.reading import source
+
 
 def gcs_client(address: str) -> Any:
     """A client of the GCS at host:port (blocks up to 30 s while nothing listens there)."""
@@ -130,7 +132,7 @@ def missing() -> list[str]:
 def _loopback_gaps() -> list[str]:
     from ray._private import ray_constants, services
 
-    reads = "ray_constants.ENABLE_RAY_CLUSTER" in inspect.getsource(services.get_node_ip_address)
+    reads = "ray_constants.ENABLE_RAY_CLUSTER" in source(services.get_node_ip_address)
     if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER") or not reads:
         return ["ray_constants.ENABLE_RAY_CLUSTER, read by services.get_node_ip_address"]
     return []

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from hpo.ray_adapters.reading import source
 from hpo.ray_adapters.tune_guards import actor_error_gaps, actor_errors_handled_by
 
 NODE_DIED = "its node has died"  # Ray's ActorDiedError text for an actor lost with its node
@@ -57,11 +58,10 @@ def node_losses_forgiven() -> Iterator[None]:
 def missing() -> list[str]:
     """What this module reads that the installed Ray lacks: Tune's handler of an actor's death
     and the texts of the deaths it forgives."""
-    import inspect
 
     import ray._private.worker as worker
 
     gaps = actor_error_gaps()
-    if SIGTERMED not in inspect.getsource(worker.Worker.main_loop):
+    if SIGTERMED not in source(worker.Worker.main_loop):
         gaps.append(f"ray._private.worker's SIGTERM exit text {SIGTERMED!r}")
     return gaps

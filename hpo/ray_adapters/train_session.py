@@ -25,6 +25,8 @@ import inspect
 import time
 from typing import Any
 
+from hpo.ray_adapters.reading import source
+
 
 def train_session() -> Any:
     """Ray Train's session of the trial running in this process (None outside Tune)."""
@@ -90,10 +92,10 @@ def speed_gaps() -> list[str]:
     from ray.train._internal import session
 
     train = getattr(session, "_TrainSession", None)
-    source = inspect.getsource(train) if train is not None else ""
+    text = source(train) if train is not None else ""
     gaps = [f"_TrainSession.{name}" for name in ("continue_lock", "_first_report")
-            if f"self.{name} =" not in source]
-    get_next = (inspect.getsource(train.get_next)
+            if f"self.{name} =" not in text]
+    get_next = (source(train.get_next)
                 if train is not None and hasattr(train, "get_next") else "")
     if "if not self._first_report:\n" not in get_next or "self.continue_lock.release()" \
             not in get_next:
@@ -112,9 +114,9 @@ def session_gaps() -> list[str]:
             p.default is p.empty for p in inspect.signature(get_session).parameters.values()):
         gaps.append("ray.train._internal.session.get_session()")
     train = getattr(session, "_TrainSession", None)
-    source = inspect.getsource(train) if train is not None else ""
+    text = source(train) if train is not None else ""
     gaps += [f"_TrainSession.{name}" for name in ("storage", "last_report_time")
-             if f"self.{name} =" not in source]
+             if f"self.{name} =" not in text]
     gaps += [f"StorageContext.{name}" for name in ("trial_fs_path", "trial_working_directory")
              if not isinstance(inspect.getattr_static(StorageContext, name, None), property)]
     return gaps
@@ -126,9 +128,9 @@ def _artifact_sync_gaps() -> list[str]:
 
     persist = inspect.unwrap(StorageContext.persist_artifacts)
     if list(inspect.signature(persist).parameters) != ["self", "force"] or \
-            "self.syncer.sync_up_if_needed(" not in inspect.getsource(persist):
+            "self.syncer.sync_up_if_needed(" not in source(persist):
         return ["StorageContext.persist_artifacts(self, force) -> syncer.sync_up_if_needed"]
     if "if now - self.last_sync_up_time >= self.sync_period:" not in \
-            inspect.getsource(Syncer.sync_up_if_needed):
+            source(Syncer.sync_up_if_needed):
         return ["Syncer.sync_up_if_needed: syncs once sync_period passed since last_sync_up_time"]
     return []

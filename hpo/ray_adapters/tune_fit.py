@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.ray_adapters.reading import method_params, replaced, sets_or_defines
+from hpo.ray_adapters.reading import method_params, replaced, sets_or_defines, source
 from hpo.ray_adapters.tune_actors import cached_actors_to_waiting_trials, staggered_actor_starts
 
 
@@ -231,9 +231,9 @@ def speed_gaps() -> list[str]:
         gaps.append("ray.air._internal.usage.tag_callbacks(callbacks)")
     if method_params(ExperimentAnalysis, "_fetch_trial_dataframes") != ["self"] or \
             "self._trial_dataframes = self._fetch_trial_dataframes()" not in \
-            inspect.getsource(ExperimentAnalysis.__init__) or \
+            source(ExperimentAnalysis.__init__) or \
             "self._experiment_analysis.trial_dataframes.get(trial.trial_id)" not in \
-            inspect.getsource(ResultGrid._trial_to_result):
+            source(ResultGrid._trial_to_result):
         gaps.append("ExperimentAnalysis._fetch_trial_dataframes(self)")
     return gaps + _registry_gaps() + tune_actors.missing()
 
@@ -251,7 +251,7 @@ def fix_gaps() -> list[str]:
         gaps.append("TuneController._schedule_trial_pause(self, trial, should_checkpoint)")
     if method_params(TuneController, "_maybe_execute_queued_decision") != [
             "self", "trial", "after_save"] or "self._queue_decision(trial, decision)" not in \
-            inspect.getsource(TuneController._process_trial_save):
+            source(TuneController._process_trial_save):
         gaps.append("TuneController._maybe_execute_queued_decision(self, trial, after_save)")
     if not isinstance(inspect.getattr_static(Trial, "is_saving", None), property):
         gaps.append("Trial.is_saving")
@@ -269,7 +269,7 @@ def _registry_gaps() -> list[str]:
               "unregister": ["self", "category", "key"]}
     gaps = [f"_Registry.{name}({', '.join(params)})" for name, params in wanted.items()
             if method_params(_Registry, name) != params]
-    if "self.prefix" not in inspect.getsource(_Registry):
+    if "self.prefix" not in source(_Registry):
         gaps.append("_Registry.prefix")
     return gaps
 
@@ -282,8 +282,8 @@ def _staging_gaps() -> list[str]:
     if not callable(getattr(constants, "_get_ray_train_session_dir", None)):
         gaps.append("ray.train.constants._get_ray_train_session_dir")
     if "_get_ray_train_session_dir(), self._timestamp, self.experiment_dir_name" not in \
-            " ".join(inspect.getsource(StorageContext._get_session_path).split()):
+            " ".join(source(StorageContext._get_session_path).split()):
         gaps.append("StorageContext._get_session_path(session dir, _timestamp, name)")
-    if "self._timestamp = date_str()" not in inspect.getsource(StorageContext.__init__):
+    if "self._timestamp = date_str()" not in source(StorageContext.__init__):
         gaps.append("StorageContext.__init__(_timestamp = date_str())")
     return gaps

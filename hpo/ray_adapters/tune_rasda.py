@@ -21,6 +21,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from hpo.ray_adapters.reading import source
+
 
 def controller_of(view: Any) -> Any:
     """The TuneController behind what a scheduler is given (a TrialRunnerWrapper from
@@ -103,8 +105,8 @@ def missing() -> list[str]:
                               "_remove_actor"),
              TrialRunnerWrapper: ("_tune_controller",), ObjectCache: ("pop_cached_object",)}
     for cls, names in wants.items():
-        source = inspect.getsource(cls)
-        gaps += [f"{cls.__name__}.{n}" for n in names if f"{n}" not in source]
+        text = source(cls)
+        gaps += [f"{cls.__name__}.{n}" for n in names if f"{n}" not in text]
     for method, params in ((TuneController.update_max_pending_trials, ["max_pending_trials"]),
                            (TuneController._remove_actor, ["tracked_actor"]),
                            (ObjectCache.pop_cached_object, ["key"])):

@@ -28,13 +28,12 @@ Ray is imported only when one of these is called.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpo.ray_adapters.reading import command_prefixed, replaced, sets_or_defines
+from hpo.ray_adapters.reading import command_prefixed, replaced, sets_or_defines, source
 
 AGENT_COMMAND = "--dashboard_agent_command="  # the raylet's argument
 
@@ -111,7 +110,7 @@ def missing() -> list[str]:
     from ray._private import services
     from ray._private import utils as ray_utils
 
-    start_raylet = " ".join(inspect.getsource(services.start_raylet).split())
+    start_raylet = " ".join(source(services.start_raylet).split())
     gaps = []
     if "ray._private.utils.get_dashboard_dependency_error()" not in start_raylet or \
             not callable(getattr(ray_utils, "get_dashboard_dependency_error", None)):
@@ -127,7 +126,7 @@ def _agent_port_gaps() -> list[str]:
     from ray._private.node import Node
     from ray.dashboard.agent import DashboardAgent
 
-    agent = " ".join(inspect.getsource(DashboardAgent).split())
+    agent = " ".join(source(DashboardAgent).split())
     shapes = ("if not self.minimal: self._init_non_minimal() else:",
               "persist_port( self.session_dir, self.node_id, METRICS_AGENT_PORT_NAME, -1, )",
               "persist_port( self.session_dir, self.node_id, METRICS_EXPORT_PORT_NAME, -1, )",

@@ -111,10 +111,10 @@ def missing() -> list[str]:
     """What a fork reads of Ray's private parts that the installed Ray lacks: the worker's
     main, setup_worker.py's parser and its runtime-env context, where a worker keeps its
     core worker."""
-    import inspect
-
     from ray._private.runtime_env.context import RuntimeEnvContext
     from ray._private.workers import default_worker, setup_worker
+
+    from hpo.ray_adapters.reading import source
 
     gaps = []
     if "ray._private.worker.connect(" not in Path(default_worker.__file__).read_text():
@@ -124,10 +124,10 @@ def missing() -> list[str]:
     fields = set(vars(RuntimeEnvContext()))
     if not {"command_prefix", "env_vars", "py_executable", "override_worker_entrypoint"} <= fields:
         gaps.append("RuntimeEnvContext fields")
-    if "update_envs(self.env_vars)" not in inspect.getsource(RuntimeEnvContext.exec_worker):
+    if "update_envs(self.env_vars)" not in source(RuntimeEnvContext.exec_worker):
         gaps.append("RuntimeEnvContext.exec_worker(update_envs)")
     from ray._private import worker
 
-    if "worker.core_worker = ray._raylet.CoreWorker(" not in inspect.getsource(worker.connect):
+    if "worker.core_worker = ray._raylet.CoreWorker(" not in source(worker.connect):
         gaps.append("ray._private.worker.connect sets global_worker.core_worker")
     return gaps

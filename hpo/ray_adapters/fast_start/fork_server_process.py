@@ -158,13 +158,13 @@ def missing() -> list[str]:
     its forks: hpo.ray_adapters.fast_start.fork_server_child): where an actor class draws its ID,
     the
     per-process flags."""
-    import inspect
-
     import ray.actor
     from ray._private import ray_constants
 
+    from hpo.ray_adapters.reading import source
+
     gaps = []
-    if "ActorClassID.from_random()" not in inspect.getsource(ray.actor._make_actor):
+    if "ActorClassID.from_random()" not in source(ray.actor._make_actor):
         gaps.append("ray.actor._make_actor(ActorClassID.from_random())")
     if not set(PER_PROCESS) <= set(ray_constants.RAY_INTERNAL_FLAGS):
         gaps.append("ray_constants.RAY_INTERNAL_FLAGS")

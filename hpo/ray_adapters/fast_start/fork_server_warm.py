@@ -66,14 +66,14 @@ def run_as_main(path: str) -> None:
 
 def missing() -> list[str]:
     """What the warm-up reads of Ray that the installed Ray lacks or has changed."""
-    import inspect
-
     import ray._private.accelerators as accelerators
     from ray.runtime_context import RuntimeContext
 
+    from hpo.ray_adapters.reading import source
+
     shape = 'f"' + _ACCELERATOR_PATTERN.format("{accelerator_resource_name}") + '"'
     gaps = []
-    if shape not in inspect.getsource(RuntimeContext.get_accelerator_ids):
+    if shape not in source(RuntimeContext.get_accelerator_ids):
         gaps.append(f"RuntimeContext.get_accelerator_ids matches {shape}")
     if not callable(getattr(accelerators, "get_all_accelerator_resource_names", None)):
         gaps.append("ray._private.accelerators.get_all_accelerator_resource_names()")

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from hpo.ray_adapters.fast_start import dashboard_agent, runtime_env
-from hpo.ray_adapters.reading import replaced, source_of, unknown_config_keys
+from hpo.ray_adapters.reading import replaced, source, source_of, unknown_config_keys
 
 _LEAN = {"no_monitor": True, "include_log_monitor": False}
 _API_SERVER_PARAMS = ("self", "include_dashboard", "raise_on_failure")
@@ -195,14 +195,14 @@ def missing() -> list[str]:
             "self._webui_url" not in source_of(Node):
         gaps.append(f"Node.start_api_server({', '.join(_API_SERVER_PARAMS)}), Node._webui_url")
     if "self.all_processes[ray_constants.PROCESS_TYPE_RAYLET] = [" not in \
-            inspect.getsource(Node.start_raylet) or "setup_worker_path" not in vars(built):
+            source(Node.start_raylet) or "setup_worker_path" not in vars(built):
         gaps.append("Node.start_raylet, all_processes[PROCESS_TYPE_RAYLET], "
                     "RayParams.setup_worker_path")
     gaps += _worker_command_gaps()
     if list(inspect.signature(services.get_node).parameters) != ["gcs_address", "node_id"] or \
             "ray._private.services.get_node(" not in source_of(Node):
         gaps.append("Node.__init__ calls services.get_node(gcs_address, node_id)")
-    if "get_all_node_info" not in inspect.getsource(services):  # Cython: no signature
+    if "get_all_node_info" not in source(services):  # Cython: no signature
         gaps.append(f"{GcsClient.__name__}.get_all_node_info(timeout=, node_selectors=, "
                     "state_filter=)")
     return gaps + [f"Ray config {key}" for key in unknown_config_keys(NODE_CONFIG)]
@@ -211,7 +211,7 @@ def missing() -> list[str]:
 def _worker_command_gaps() -> list[str]:
     from ray._private import services
 
-    start_raylet = " ".join(inspect.getsource(services.start_raylet).split())
+    start_raylet = " ".join(source(services.start_raylet).split())
     shapes = ("start_worker_command = ( [ sys.executable, setup_worker_path, ]",
               f'f"{WORKER_COMMAND}{{subprocess.list2cmdline(start_worker_command)}}"',
               "start_ray_process( command, ray_constants.PROCESS_TYPE_RAYLET,")

@@ -43,7 +43,7 @@ from typing import Any
 
 from hpo.ray_adapters.fast_start import agent_gate
 from hpo.ray_adapters.fast_start.raylet_env import environ_of
-from hpo.ray_adapters.reading import command_prefixed, replaced
+from hpo.ray_adapters.reading import command_prefixed, replaced, source
 
 AGENT_COMMAND = "--runtime_env_agent_command="  # the raylet's argument (gated by lean_head)
 # Tune's DEFAULT_ENV_VARS, which the embedded Ray's raylet (and so each worker) is given.
@@ -138,7 +138,7 @@ def missing() -> list[str]:
     from ray.tune.execution import class_cache
 
     gaps = []
-    get = " ".join(inspect.getsource(class_cache._ActorClassCache.get).split())
+    get = " ".join(source(class_cache._ActorClassCache.get).split())
     if list(inspect.signature(class_cache._ActorClassCache.get).parameters) != [
             "self", "trainable_cls"] or 'runtime_env = {"env_vars": env_vars}' not in get \
             or "ray.remote(runtime_env=runtime_env)(trainable_cls)" not in get:
@@ -158,7 +158,7 @@ def _agent_gaps(services: Any, params: Any) -> list[str]:
     spec = importlib.util.find_spec("ray._private.runtime_env.agent.main")
     agent_main = Path(spec.origin if spec and spec.origin else "")
 
-    start_raylet = " ".join(inspect.getsource(services.start_raylet).split())
+    start_raylet = " ".join(source(services.start_raylet).split())
     shapes = (f'"{AGENT_COMMAND}{{}}".format( subprocess.list2cmdline(runtime_env_agent_command)',
               'f"--runtime-env-agent-port={runtime_env_agent_port}"',
               'f"--runtime_env_agent_port={runtime_env_agent_port}"')

@@ -23,16 +23,21 @@ import pytest
 STARTS_RAY = re.compile(
     r"\bhpo\.(run|resume)\(|\b(embedded_ray|connected_ray|run_in_allocation)\(|\bray\.init\("
     r"|\b(hpo_cli|cli_invoke|_cli|run_cli)\(\s*\[?\s*\"(run|resume|local)\""
-    r"|\bTuner\(|\btune\.run\(")
+    r"|\bTuner\(|\btune\.run\("
+    r"|[\"']hpo[\"'],\s*[\"'](run|resume|local)[\"']"  # [python, "-m", "hpo", "run", ...]
+    r"|[\"'][^\"'\n]*\bhpo (run|resume|local up)\b")  # a shell line that runs it
 _current: list[pytest.Item] = []
 TESTS = str(Path(__file__).resolve().parent)
 
 
 def _source(obj: Any) -> str:
+    """The code of a function, its docstring left out (it may name `hpo run` in prose)."""
     try:
-        return textwrap.dedent(inspect.getsource(obj))
+        text = textwrap.dedent(inspect.getsource(obj))
     except (OSError, TypeError):
         return ""
+    doc = inspect.getdoc(obj) if inspect.isfunction(obj) and obj.__doc__ else None
+    return text.replace(obj.__doc__, "") if doc else text
 
 
 def _called_helpers(source: str, module: ModuleType) -> list[Any]:

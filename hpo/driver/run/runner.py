@@ -13,13 +13,8 @@ from typing import Any
 import yaml
 
 from hpo.cluster.auth import RayCluster
-from hpo.driver.backends.ray_session import (
-    check_connectable,
-    connected_ray,
-    embedded_ray,
-    preload_for,
-    starts_per_core,
-)
+from hpo.driver.backends import backend_for
+from hpo.driver.backends.ray_session import check_connectable, preload_for, starts_per_core
 from hpo.driver.guards import storage_faults
 from hpo.driver.guards.lease import experiment_lease
 from hpo.driver.guards.start_stop import (
@@ -64,16 +59,20 @@ def _as_spec(spec: Spec | dict[str, Any] | str | Path, source: str,
 @contextlib.contextmanager
 def _ray_for(spec: Spec, source: str, exp_dir: Path, num_cpus: int | None,
              cluster: RayCluster | None = None, keep_ray: bool = False) -> Iterator[None]:
-    session = (connected_ray(cluster, exp_dir / LOG_FILE) if cluster
-               else embedded_ray(exp_dir / LOG_FILE, num_cpus=num_cpus, keep=keep_ray))
+    backend = backend_for(cluster, exp_dir / LOG_FILE, num_cpus=num_cpus, keep=keep_ray)
     ray_starts()  # a stop now waits until Ray is up: it must not land inside Ray's start
-    with session as resources:
+    resources = backend.start()
+    try:
         import ray
 
         rearm()  # ray.init put its own SIGTERM handler in place
         preflight.on_cluster(spec, source, resources,
                              [n["Resources"] for n in ray.nodes() if n["Alive"]])
         yield
+    except BaseException as exc:
+        backend.close(exc)
+        raise
+    backend.close()
 
 
 @contextlib.contextmanager

@@ -12,7 +12,8 @@ time, and stops Ray. The figure is that time minus the first line's: Python star
 imports included.
 
 forks: a job's trial workers forked by each node's fork server (hpo.driver.backends.node_start)
-against Ray's own fresh workers (HPO_FORK_WORKERS=0), side by side. Each run submits a batch
+against Ray's own fresh workers (HPO_RAY_PATCHES=-fork-workers), side by side. Each run submits a
+batch
 script that records its start, then runs a study with `hpo slurm run`: one trial per CPU of
 the allocation at once (nodes x 2), each `steps` steps of `sleep_s` (benchmarks/trials.py's
 hpo_trial, which appends its first and last step's clock to a spans file on the shared file
@@ -148,14 +149,14 @@ def startup(args: argparse.Namespace) -> list[list[Any]]:
 # ---------------------------------------------------------------- forks
 
 CPUS = 2  # each test node's
-SIDES = {"forked": "1", "Ray's own": "0"}  # HPO_FORK_WORKERS
+SIDES = {"forked": "on", "Ray's own": "-fork-workers"}  # HPO_RAY_PATCHES
 TRAINABLES = {"plain": ROOT / "benchmarks/trials.py:hpo_trial",
               "torch": ROOT / "benchmarks/torch_trial.py:hpo_torch_trial"}
 
 FORKS_SCRIPT = """#!/bin/bash
 #SBATCH --nodes={nodes} --ntasks-per-node=1 --cpus-per-task={cpus} --output={out}
 echo "job-start $(date +%s.%N)"
-export HPO_FORK_WORKERS={fork}
+export HPO_RAY_PATCHES={fork}
 cd {root}
 {python} -m hpo slurm run {space} --storage {storage}
 echo "job-end $(date +%s.%N)"

@@ -560,9 +560,9 @@ def test_an_embedded_runs_server_output_is_in_hpo_log(tmp_path: Path,
     assert "No module named 'hpo_no_such_module'" in text
 
 
-def test_hpo_fork_workers_0_has_ray_start_every_worker(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HPO_FORK_WORKERS", "0")
+def test_the_fork_workers_patch_off_has_ray_start_every_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPO_RAY_PATCHES", "-fork-workers")
     with embedded_ray(tmp_path / "hpo.log", num_cpus=1):
         parent = ray.get(Probe.remote().facts.remote())["parent"]
         command = _parent_command(parent)

@@ -65,9 +65,9 @@ FIRST_JOB = "01000000"
 
 def available() -> bool:
     """Forking workers needs Linux's pidfds and fd passing over Unix sockets, and the lean
-    head's worker command; HPO_FORK_WORKERS=0 (or HPO_RAY_PATCHES, hpo.ray_adapters.gate) has
-    Ray start every worker itself."""
-    if os.environ.get("HPO_FORK_WORKERS", "1") == "0" or not hasattr(socket, "send_fds") or \
+    head's worker command; HPO_RAY_PATCHES=-fork-workers (hpo.ray_adapters.gate) has Ray start
+    every worker itself."""
+    if not hasattr(socket, "send_fds") or \
             not (gate.switched_on("fork-workers") and gate.switched_on("lean-head")):
         return False
     try:

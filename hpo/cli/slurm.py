@@ -55,7 +55,8 @@ def _render(space: Path, overrides: list[str] | None, site: str | None, storage:
     _warn_billing(settings)
     _warn_idle_gpus(spec, settings)
     job_dir = _job_workdir(workdir, settings.workdir)
-    text = render_sbatch(spec.name, _space_in(job_dir, space), settings, workdir=job_dir,
+    # the job's name (and so its output file, hpo-%x-%j.out) is the experiment's: --name's
+    text = render_sbatch(name or spec.name, _space_in(job_dir, space), settings, workdir=job_dir,
                          storage=storage, run_name=name,
                          site=site_argument(site) if site else None, overrides=overrides or [])
     said = check_venv_has_hpo(settings, job_dir, str(space))  # after render's own venv check

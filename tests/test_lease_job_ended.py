@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -115,3 +116,20 @@ def test_a_running_jobs_lease_on_another_node_is_still_watched(
     _fake_squeue(tmp_path, monkeypatch, "RUNNING")
     holder = Holder("node7", 4242, "99", "7009", 0, 10.0, "theirs", "cl")
     assert takeover_reason(holder, replace(holder, host="node1", job_id="7010")) is None
+
+
+def test_the_next_job_removes_what_a_killed_job_left(tmp_path: Path) -> None:
+    """A job killed before its end left its join point, its job folder and its private
+    folder on the node; the study's next job removes them once it holds the lease."""
+    from hpo.cluster.join import JOIN_POINT, sweep_left
+    from hpo.cluster.render import node_dir
+
+    old = f"9{os.getpid()}"  # no real job's id on this machine
+    exp_dir, job_dir, private = tmp_path / "exp", tmp_path / "jobs" / old, Path(node_dir(old))
+    for folder in (exp_dir, job_dir, private):
+        folder.mkdir(parents=True)
+    (exp_dir / JOIN_POINT).write_text(json.dumps({"job_id": old, "job_dir": str(job_dir)}))
+    assert sweep_left(exp_dir, old) == []  # its own job (requeued): nothing to sweep
+    assert sweep_left(exp_dir, "7010") == [exp_dir / JOIN_POINT, job_dir, private]
+    assert not any(p.exists() for p in (exp_dir / JOIN_POINT, job_dir, private))
+    assert sweep_left(exp_dir, "7010") == []

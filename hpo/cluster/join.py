@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from hpo.cluster.node import (
     leave_file,
     write_json,
 )
-from hpo.cluster.render import srun_args
+from hpo.cluster.render import node_dir, srun_args
 from hpo.cluster.sbatch import (
     WAIT_FOR_HPO,
     JobPython,
@@ -83,6 +84,28 @@ def publish(exp_dir: Path, job_id: str, job_dir: Path, name: str,
 
 def withdraw(exp_dir: Path) -> None:
     (exp_dir / JOIN_POINT).unlink(missing_ok=True)
+
+
+def sweep_left(exp_dir: Path, job_id: str) -> list[Path]:
+    """What an earlier job of this study left behind (one killed before its end: its join
+    point, its job folder, its private folder on this node), removed by the next job once it
+    holds the study's lease; what was removed."""
+    try:
+        earlier = json.loads((exp_dir / JOIN_POINT).read_text())
+    except (OSError, ValueError):
+        return []
+    old = str(earlier.get("job_id", ""))
+    if not old or old == job_id:
+        return []
+    gone = [exp_dir / JOIN_POINT]
+    for folder in (Path(str(earlier.get("job_dir", ""))), Path(node_dir(old))):
+        with contextlib.suppress(OSError):  # only a folder named for that job, and ours
+            if folder.name in (old, f"hpo-{old}") and folder.is_dir() and \
+                    folder.stat().st_uid == os.getuid():
+                shutil.rmtree(folder, ignore_errors=True)
+                gone.append(folder)
+    withdraw(exp_dir)
+    return gone
 
 
 def join_point(exp_dir: Path) -> JoinPoint:

@@ -119,7 +119,8 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Callable[..., An
         parameters: dict[str, Any] | None = None, callbacks: list[Any] | None = None,
         storage: str | None = None, name: str | None = None, num_cpus: int | None = None,
         source: str = "<spec>", cluster: RayCluster | None = None,
-        keep_ray: bool = True, time_limit_s: float | None = None) -> RunResult:
+        keep_ray: bool = True, time_limit_s: float | None = None,
+        fresh: bool = False) -> RunResult:
     """Run an experiment on an embedded local Ray, or on a running cluster.
 
     Args:
@@ -139,6 +140,9 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Callable[..., An
             notebook's next run skips Ray's start-up); `hpo.shutdown()` ends it.
         time_limit_s: stop the run this many seconds from now, saved and resumable, as a
             Slurm job's time limit would (`hpo run --time-limit`).
+        fresh: where the folder holds an earlier run none of whose trials finished (it
+            failed: a metric typo), empty it and start again (`hpo run --fresh`); where a
+            trial finished, ExperimentError names them and nothing is deleted.
 
     Returns:
         RunResult: the folder, one row per trial (pandas) and the best config.
@@ -151,7 +155,8 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Callable[..., An
 
     return _said(_run(spec, trainable=trainable, parameters=parameters, callbacks=callbacks,
                       storage=storage, name=name, num_cpus=num_cpus, source=source,
-                      cluster=cluster, keep_ray=keep_ray, time_limit_s=time_limit_s))
+                      cluster=cluster, keep_ray=keep_ray, time_limit_s=time_limit_s,
+                      fresh=fresh))
 
 
 def resume(experiment_dir: str | Path, *, trainable: Callable[..., Any] | None = None,

@@ -42,6 +42,7 @@ BOOKKEEPING = frozenset({
     "timesteps_total", "timesteps_since_restore", "episodes_total", "training_iteration",
     "pid", "hostname", "node_ip", "date", "timestamp", "done", "trial_id", "experiment_id",
     "experiment_tag", "config", "checkpoint_dir_name", "should_checkpoint",
+    "report_time",  # hpo.report's own clock (hpo.trial.cost.REPORT_TIME)
 })
 _Trial = tuple[dict[str, Any], list[dict[str, Any]]]  # a snapshot's trial and its results
 BEST_CHECKPOINT = "best_checkpoint"  # <trial>/best_checkpoint: checkpoint.keep_best's copy

@@ -18,7 +18,8 @@ from hpo.driver.run import runner
 ROOT = Path(__file__).resolve().parent.parent
 # the CLI's option names -> the facade's keywords (SPACE, --set go through hpo.load_spec)
 CLI_TO_FACADE = {"storage": "storage", "name": "name", "cpus": "num_cpus",
-                 "time_limit": "time_limit_s", "experiment_dir": "experiment_dir"}
+                 "time_limit": "time_limit_s", "experiment_dir": "experiment_dir",
+                 "fresh": "fresh"}
 
 
 def _shape(func: object) -> list[tuple[str, object, object]]:

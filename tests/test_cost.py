@@ -85,8 +85,8 @@ def test_energy_is_absent_once_any_run_could_not_measure_it(
 
 def test_a_key_the_trainable_reported_itself_is_kept() -> None:
     totals = cost.Totals(cpu_hours=2.0, gpu_hours=0.0, energy_j=None)
-    assert cost.added({"cpu_hours": 7, "loss": 1}, totals) == {
-        "cpu_hours": 7, "gpu_hours": 0.0, "loss": 1}
+    assert cost.added({"cpu_hours": 7, "loss": 1}, totals, now=12.5) == {
+        "cpu_hours": 7, "gpu_hours": 0.0, cost.REPORT_TIME: 12.5, "loss": 1}
     assert cost.added({"loss": 1}, None) == {"loss": 1}  # outside a trial: nothing added
 
 

@@ -33,6 +33,13 @@ SHRINK = {
 }
 
 
+def test_the_demo_keeps_its_best_checkpoints() -> None:
+    """docs/trainables.md's `hpo best hpo-results/digits-asha --checkpoint` needs keep_best."""
+    assert load_spec(ROOT / "search_spaces" / f"{BY_CLI}.yaml").checkpoint.keep_best
+    assert f"hpo best hpo-results/{BY_CLI} --checkpoint" in (
+        ROOT / "docs" / "trainables.md").read_text()
+
+
 def test_every_scheduler_has_an_example() -> None:
     types = {load_spec(path).scheduler.type for path in EXAMPLES}
     assert types == {"fifo", "asha", "rasda", "hyperband", "median", "pbt", "pb2"}
@@ -70,6 +77,9 @@ def test_example_runs(path: Path, storage: Path, shared_ray: None) -> None:
                         str(storage / "r.csv"))
         assert table.returncode == 0, table.stderr
         frame = pd.read_csv(storage / "r.csv")
+        best = hpo_cli("best", str(exp_dir), "--checkpoint")  # docs/trainables.md's example
+        assert best.returncode == 0, best.stderr
+        assert (Path(best.stdout.strip()) / "hpo_best.json").is_file()
     else:
         hpo.run(spec, storage=str(storage), source=str(path), keep_ray=True)
         frame = load_results(exp_dir)

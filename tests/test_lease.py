@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from hpo.driver.guards import lease
+from hpo.driver.guards import lease, lease_holder
 from hpo.driver.guards.lease import LEASE_FILE, Holder, experiment_lease, takeover_reason
 from hpo.errors import LeaseError
 from hpo.results import load_results
@@ -116,7 +116,7 @@ def _write_lease(exp_dir: Path, holder: Holder, beat: int = 0) -> bytes:
 @pytest.fixture
 def fast(monkeypatch: pytest.MonkeyPatch) -> None:
     """Short stale times: a holder beating every 0.1 s is stale after 2 * 0.1 + 0.3 s."""
-    monkeypatch.setattr(lease, "CACHE_MARGIN_S", 0.3)
+    monkeypatch.setattr(lease_holder, "CACHE_MARGIN_S", 0.3)
 
 
 @contextlib.contextmanager

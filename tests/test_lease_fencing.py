@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from hpo.driver.guards import lease
+from hpo.driver.guards import lease, lease_holder
 from hpo.driver.guards.lease import LEASE_FILE, experiment_lease
 from hpo.errors import LeaseError
 
@@ -72,7 +72,7 @@ checkpoint: {frequency: 1, keep: 1}
 @pytest.fixture
 def fast(monkeypatch: pytest.MonkeyPatch) -> None:
     """Short stale times: a holder beating every 0.1 s is stale after 2 * 0.1 + 0.3 s."""
-    monkeypatch.setattr(lease, "CACHE_MARGIN_S", 0.3)
+    monkeypatch.setattr(lease_holder, "CACHE_MARGIN_S", 0.3)
 
 
 def _wait_for(condition: Callable[[], object], timeout: float = 20.0) -> None:

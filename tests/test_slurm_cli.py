@@ -57,7 +57,8 @@ def test_command_line_overrides_yaml_and_site(tmp_path: Path) -> None:
     assert "#SBATCH --partition=dc-gpu" in text  # from the site file
     assert "#SBATCH --account=yaml-acct" in text  # the YAML beats the site file
     assert "#SBATCH --nodes=3" in text  # the command line beats both
-    assert "--signal" not in text and "--requeue" not in text and "trap" not in text
+    assert "--signal" not in text and "--requeue" not in text and "USR1" not in text
+    assert "trap ':' TERM" in text  # the shell outlives scancel's SIGTERM (test_job_shell)
     assert "module load Python" in text
 
 

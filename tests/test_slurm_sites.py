@@ -143,7 +143,7 @@ def test_the_jobs_own_memory_wins_over_the_partitions(tmp_path: Path) -> None:
     assert code == 0 and "#SBATCH --mem-per-gpu=30G" in text and "--mem=480G" not in text
     # a CPU-only job on a shared partition asks for no per-GPU memory
     code, text, _ = _invoke([*golden_args("lumi-g", str(ROOT)), "-p", "small-g",
-                             "--gpus-per-node", "0"])
+                             "--gpus-per-node", "0", "--set", "resources.gpus_per_trial=0"])
     assert code == 0 and "#SBATCH --mem" not in text
     # JSC's profiles ask for none: their nodes are whole and exclusive
     code, text, _ = _invoke(golden_args("juwels-booster", str(ROOT)))

@@ -100,7 +100,12 @@ def run(space: Path, storage: str | None = typer.Option(None, help="Results root
         name: str | None = typer.Option(None, help="Experiment folder name."),
         overrides: list[str] | None = SetOption,
         cpus: int | None = CpusOption,
-        time_limit: float | None = TimeLimit) -> None:
+        time_limit: float | None = TimeLimit,
+        fresh: bool = typer.Option(
+            False, "--fresh", metavar=FLAG,
+            help="Where <storage>/<name> holds a run none of whose trials finished (it "
+            "failed, e.g. on a metric typo), empty it and start again with this YAML. "
+            "Refused, naming them, where a trial finished.")) -> None:
     """Run the experiment in SPACE.yaml; its folder is <storage>/<name>."""
     from hpo.driver.guards.start_stop import start_stops
 
@@ -114,7 +119,7 @@ def run(space: Path, storage: str | None = typer.Option(None, help="Results root
         with trial_errors_said_by_finish():
             result = hpo.run(spec, storage=storage, name=name, num_cpus=cpus,
                              source=str(space), time_limit_s=time_limit, keep_ray=False,
-                             cluster=cluster)
+                             cluster=cluster, fresh=fresh)
     finish(result)
 
 

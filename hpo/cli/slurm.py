@@ -44,6 +44,7 @@ def _settings(space: Path, overrides: list[str] | None, site: str | None,
 def _render(space: Path, overrides: list[str] | None, site: str | None, storage: str | None,
             name: str | None, workdir: Path | None, sbatch: SbatchOptions) -> str:
     from hpo.cluster.container_job import quota_warning
+    from hpo.cluster.render_checks import check_partition, check_venv_has_hpo
     from hpo.cluster.sbatch import render_sbatch
     from hpo.spec.job_fit import check_fits_the_job
     from hpo.spec.site import site_argument
@@ -51,14 +52,20 @@ def _render(space: Path, overrides: list[str] | None, site: str | None, storage:
     spec, settings = _settings(space, overrides, site, sbatch.given())
     for warning in check_fits_the_job(spec, settings, str(space)):
         err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
+    check_partition(settings, str(space), set(sbatch.given()))
     _warn_billing(settings)
     _warn_idle_gpus(spec, settings)
     if (quota := quota_warning(settings)) is not None:
         err.print(f"warning: {quota}", highlight=False, soft_wrap=True)
     job_dir = _job_workdir(workdir, settings.workdir)
-    return render_sbatch(spec.name, _space_in(job_dir, space), settings, workdir=job_dir,
+    # the job's name (and so its output file, hpo-%x-%j.out) is the experiment's: --name's
+    text = render_sbatch(name or spec.name, _space_in(job_dir, space), settings, workdir=job_dir,
                          storage=storage, run_name=name,
                          site=site_argument(site) if site else None, overrides=overrides or [])
+    said = check_venv_has_hpo(settings, job_dir, str(space))  # after render's own venv check
+    if said:
+        err.print(f"warning: {said}", highlight=False, soft_wrap=True)
+    return text
 
 
 def _space_in(workdir: str, space: Path) -> str:

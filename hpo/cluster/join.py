@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from hpo.cluster.node import (
     leave_file,
     write_json,
 )
-from hpo.cluster.render import srun_args
+from hpo.cluster.render import node_dir, srun_args
 from hpo.cluster.sbatch import (
     WAIT_FOR_HPO,
     JobPython,
@@ -41,7 +42,7 @@ from hpo.cluster.sbatch import (
 )
 from hpo.cluster.slurm_env import Allocation
 from hpo.cluster.steps import Step, container_words, start_step
-from hpo.errors import ClusterStartError, ExperimentError, NotRunningError
+from hpo.errors import ClusterStartError, ExperimentError, HpoError, NotRunningError
 from hpo.spec.slurm import SlurmSettings
 
 JOIN_POINT = "slurm-head.json"
@@ -86,6 +87,28 @@ def withdraw(exp_dir: Path) -> None:
     (exp_dir / JOIN_POINT).unlink(missing_ok=True)
 
 
+def sweep_left(exp_dir: Path, job_id: str) -> list[Path]:
+    """What an earlier job of this study left behind (one killed before its end: its join
+    point, its job folder, its private folder on this node), removed by the next job once it
+    holds the study's lease; what was removed."""
+    try:
+        earlier = json.loads((exp_dir / JOIN_POINT).read_text())
+    except (OSError, ValueError):
+        return []
+    old = str(earlier.get("job_id", ""))
+    if not old or old == job_id:
+        return []
+    gone = [exp_dir / JOIN_POINT]
+    for folder in (Path(str(earlier.get("job_dir", ""))), Path(node_dir(old))):
+        with contextlib.suppress(OSError):  # only a folder named for that job, and ours
+            if folder.name in (old, f"hpo-{old}") and folder.is_dir() and \
+                    folder.stat().st_uid == os.getuid():
+                shutil.rmtree(folder, ignore_errors=True)
+                gone.append(folder)
+    withdraw(exp_dir)
+    return gone
+
+
 def join_point(exp_dir: Path) -> JoinPoint:
     """The running study's head job; one-line errors when it is not running or not ours."""
     path = exp_dir / JOIN_POINT
@@ -95,9 +118,9 @@ def join_point(exp_dir: Path) -> JoinPoint:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise NotRunningError(f"{exp_dir} is not running in a Slurm job (no {JOIN_POINT}). "
-                              "Hint: start it with `hpo slurm submit`; join while it runs"
-                              ) from None
+        raise _not_running(exp_dir, f"{exp_dir} is not running in a Slurm job (no "
+                           f"{JOIN_POINT}). Hint: start it with `hpo slurm submit`; join "
+                           "while it runs") from None
     except (OSError, ValueError) as exc:
         raise ExperimentError(f"{path}: unreadable ({exc}). Hint: only the study's owner "
                               "can join it") from None
@@ -105,8 +128,8 @@ def join_point(exp_dir: Path) -> JoinPoint:
                       data["name"], data["slurm"])
     _check_owner(point)
     if not point.job_dir.is_dir() or (point.job_dir / STOP_FILE).exists():
-        raise NotRunningError(f"{exp_dir}: its head job {point.job_id} has ended. Hint: "
-                              "`hpo slurm submit` resumes the study; join it then")
+        raise _not_running(exp_dir, f"{exp_dir}: its head job {point.job_id} has ended. "
+                           "Hint: `hpo slurm submit` resumes the study; join it then")
     mine = _versions()
     if (mine["ray"], mine["python"].rsplit(".", 1)[0]) != (point.ray,
                                                            point.python.rsplit(".", 1)[0]):
@@ -114,6 +137,34 @@ def join_point(exp_dir: Path) -> JoinPoint:
                               f"hpo has Ray {mine['ray']} on Python {mine['python']}. Hint: "
                               "join from the study's own environment (its slurm.venv)")
     return point
+
+
+def _not_running(exp_dir: Path, line: str) -> NotRunningError:
+    """`line` for a study that no job runs; one that finished says so, and where its
+    results are (a submit would only find it finished)."""
+    trials = finished_trials(exp_dir)
+    if trials is None:
+        return NotRunningError(line)
+    return NotRunningError(f"{exp_dir}: the study has finished: all {trials} trial(s) ran to "
+                           f"their end; no job runs it. Hint: its results: `hpo results "
+                           f"{exp_dir}`, `hpo best {exp_dir}`, `hpo report {exp_dir}`")
+
+
+def finished_trials(exp_dir: Path) -> int | None:
+    """How many trials a study has where every trial it asks for ran to its end; else None
+    (also where its folder holds no readable experiment)."""
+    from hpo.results import load_results, saved_spec
+    from hpo.spec.load import spec_from_dict
+    from hpo.spec.plan import trial_count
+
+    try:
+        frame = load_results(exp_dir)
+        spec = spec_from_dict(saved_spec(exp_dir), str(exp_dir))
+    except (HpoError, OSError, ValueError):
+        return None
+    statuses = set(frame["status"]) if len(frame) else set()
+    enough = spec.time_budget_s is not None or len(frame) >= trial_count(spec)
+    return len(frame) if statuses == {"TERMINATED"} and enough else None
 
 
 def _check_owner(point: JoinPoint) -> None:

@@ -33,13 +33,23 @@ while :; do
 done
 """
 
+# scancel (and the end of the job) sends SIGTERM to every process of the job, this shell
+# too: it stays until hpo has ended, so hpo stays in the job and Slurm's SIGKILL after
+# KillWait still reaches it (a site that tracks a job's processes by their parents, as
+# proctrack/linuxproc does, loses an orphan: it ran on and held the study).
+KEEP_ON_TERM = """\
+trap ':' TERM  # hpo got it too; this shell waits for hpo (Slurm kills both after KillWait)
+"""
+
+_RUN = KEEP_ON_TERM + WAIT_FOR_HPO + 'exit "$status"\n'
+
 _REQUEUE_RUN = """\
 # Slurm sends USR1 to this shell alone {seconds} s before the time limit. Pass it on to hpo,
 # which stops the trials gracefully and saves the experiment; then requeue this job, and
 # the next run resumes the experiment (no finished trial is re-run).
 stopping=0
 trap 'stopping=1; kill -USR1 "$hpo_pid" 2>/dev/null' USR1
-""" + WAIT_FOR_HPO + """\
+""" + KEEP_ON_TERM + WAIT_FOR_HPO + """\
 if [ "$stopping" = 1 ] && [ "$status" != 0 ]; then
   echo "hpo: stopped before the time limit; requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID"
@@ -156,8 +166,8 @@ def render_sbatch(name: str, space: str, settings: SlurmSettings, *, workdir: st
     """
     python = python or JobPython.for_job(settings, space)
     command = hpo_command(python, space, storage, run_name, site, overrides)
-    run = (_REQUEUE_RUN.format(seconds=settings.signal_seconds, command=command)
-           if settings.requeue else command + "\n")
+    run = (_REQUEUE_RUN if settings.requeue else _RUN).format(
+        seconds=settings.signal_seconds, command=command)
     if settings.container.enabled:
         run = container_job.host_steps() + "\n" + run
     return fill_template(template, space, sbatch_options(name, settings),

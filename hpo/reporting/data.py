@@ -93,7 +93,8 @@ def load_experiment(path: str | Path) -> Experiment:
     return Experiment(exp_dir, spec, table, curves, _exploits(exp_dir, table), reported)
 
 
-# When and where each report was made: Ray's UNIX time of the report (whole seconds), the
+# When and where each report was made: its UNIX time (hpo.report's own `report_time`, to the
+# microsecond; Ray's whole-second `timestamp` for a report hpo.report did not make), the
 # seconds since the trial (re)started, and the node (timeline and best-so-far over wall time).
 _TIMES = ("timestamp", "time_since_restore", "hostname")
 _OURS = frozenset({"trial_id", "training_iteration", "time", *_TIMES})
@@ -114,7 +115,7 @@ def _curve(trial_id: str, path: Path, spec: dict[str, Any], goals: list[str],
             "training_iteration": result.get("training_iteration"),
             "time": _number(result.get(time_attr)),
             "ranks": _number(result.get("ranks")),  # a data-parallel trial's (rasda: grows)
-            "timestamp": _number(result.get("timestamp")),
+            "timestamp": _number(result.get("report_time", result.get("timestamp"))),
             "time_since_restore": _number(result.get("time_since_restore")),
             "hostname": result.get("hostname"),
             **{f"config/{k}": config.get(k) for k in space},

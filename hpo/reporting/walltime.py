@@ -1,6 +1,7 @@
 """The experiment over wall time, as tables: when and where each trial ran (the timeline) and
-the best metric found so far. Pure pandas, from the reports' `timestamp` (Ray's UNIX time of
-each report, in whole seconds), `time_since_restore` and `hostname`.
+the best metric found so far. Pure pandas, from the reports' `timestamp` (the UNIX time of
+each report: hpo.report's own clock, else Ray's whole seconds), `time_since_restore` and
+`hostname`.
 
 Example:
     >>> spans = trial_spans(exp)  # trial_id, hostname, status, start, end (UNIX seconds)
@@ -16,7 +17,7 @@ import pandas as pd
 
 from hpo.reporting.data import Experiment
 
-RESOLUTION_S = 1.0  # Ray stamps each report with whole seconds
+RESOLUTION_S = 1.0  # Ray's whole seconds, where a report has no time of hpo.report's
 
 
 def trial_spans(exp: Experiment) -> pd.DataFrame:

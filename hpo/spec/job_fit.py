@@ -14,6 +14,7 @@ def check_fits_the_job(spec: Spec, slurm: SlurmSettings, source: str) -> list[st
     """Raises ConfigError for a data-parallel trial with more GPUs than the whole job has (a
     GPU is a whole device: exact); returns a warning line for a trial or rank with more CPUs
     than the job asks per node (Slurm may count hardware threads: not exact)."""
+    _check_gpus_asked(spec, slurm, source)
     ranks = spec.distributed
     if ranks and ranks.gpus_per_worker and slurm.gpus_per_node:
         need, has = ranks.workers * ranks.gpus_per_worker, slurm.nodes * slurm.gpus_per_node
@@ -31,6 +32,20 @@ def check_fits_the_job(spec: Spec, slurm: SlurmSettings, source: str) -> list[st
     return [f"{key}: one {'rank' if ranks else 'trial'} asks for {one:g} CPUs, but the job "
             f"asks for {asked} per node ({said}): it may never start. Hint: lower {key}, or "
             "ask for more CPUs per node (--cpus-per-node)"]
+
+
+def _check_gpus_asked(spec: Spec, slurm: SlurmSettings, source: str) -> None:
+    """A trial or rank that asks for GPUs in a job that asks for none would never start (a
+    GPU asked for through slurm.sbatch, e.g. --gres=gpu:4, counts as asked)."""
+    ranks = spec.distributed
+    need = ranks.gpus_per_worker if ranks else spec.resources.gpus_per_trial
+    if not need or slurm.gpus_per_node or any("gpu" in o.lower() for o in slurm.sbatch):
+        return
+    key = "distributed.gpus_per_worker" if ranks else "resources.gpus_per_trial"
+    raise ConfigError(source, key, f"one {'rank' if ranks else 'trial'} asks for {need:g} "
+                      "GPUs, but the job asks for none (slurm.gpus_per_node is 0): it would "
+                      f"never start", f"set {key} to 0 on a CPU-only site, or ask for GPUs "
+                      "(--gpus-per-node, slurm.gpus_per_node)")
 
 
 def _cpus_asked(slurm: SlurmSettings) -> tuple[int | None, str]:

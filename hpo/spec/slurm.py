@@ -105,7 +105,7 @@ class SlurmSettings(Strict):
     mem_per_gpu: str | None = None  # e.g. 60G; unset: the partition's, if any
     sbatch: list[str] = Field(default_factory=list)  # extra options, e.g. "--qos=normal"
     # What one node of the machine has (site profiles): checked against, never asked for.
-    node_gpus: PositiveInt | None = None
+    node_gpus: NonNegativeInt | None = None  # 0: a CPU-only site
     node_cpus: PositiveInt | None = None  # scontrol show node's CPUTot: threads at JSC
     cpus_per_gpu: PositiveInt | None = None  # --cpus-per-task when cpus_per_node is unset
     gpu_option: Literal["gpus-per-node", "gres"] = "gpus-per-node"  # or --gres=gpu:N

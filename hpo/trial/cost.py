@@ -8,7 +8,8 @@ time x its own resources, so a trial whose resources change between runs is inte
 The running totals travel in the metadata of each checkpoint hpo writes: a trial restored from a
 checkpoint goes on from the totals of that checkpoint. Energy is absent, never 0, when any run
 of the trial could not measure it (no library or device, a fractional or MIG GPU, or GPUs held
-by other processes: the ranks of a data-parallel trial).
+by other processes: the ranks of a data-parallel trial). Each result also carries
+`report_time`, when it was reported (UNIX seconds, not rounded as Ray's `timestamp` is).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from typing import Any
 
 from hpo.ray_adapters import train_session
 
+# When the trial reported, as UNIX seconds to the microsecond (Ray's `timestamp` is whole
+# seconds): the report's wall-time figures place each report by it.
+REPORT_TIME = "report_time"
 _RECORD = "hpo_cost"  # the key in a checkpoint's metadata (Ray's .metadata.json)
 EnergyCounter = Callable[[], float]  # joules drawn by the trial's GPUs since some fixed point
 
@@ -112,9 +116,13 @@ def current() -> Totals | None:
     return meter.totals() if meter is not None else None
 
 
-def added(metrics: Mapping[str, Any], totals: Totals | None) -> dict[str, Any]:
-    """metrics with the cost keys added (a key the trainable reported itself is kept)."""
-    return {**(totals.metrics() if totals else {}), **metrics}
+def added(metrics: Mapping[str, Any], totals: Totals | None,
+          now: float | None = None) -> dict[str, Any]:
+    """metrics with the cost keys and REPORT_TIME added, inside a trial (a key the trainable
+    reported itself is kept)."""
+    if totals is None:
+        return dict(metrics)
+    return {**totals.metrics(), REPORT_TIME: time.time() if now is None else now, **metrics}
 
 
 def record(checkpoint: Any, totals: Totals | None) -> None:

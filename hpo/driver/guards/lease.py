@@ -10,11 +10,12 @@ node-local: Lustre's `localflock`), and no two nodes' clocks are ever compared:
     someone else's: the lease is lost, and the process ends at once with one line, exit 3,
     without Tune's last save (the taker owns the state now). A SIGCONT checks at once too,
     before the main thread's next Python call (a write it was stopped in still completes).
- 3. Judge: a claimant takes the lease at once from a process gone on this host or an older
-    restart of its own Slurm job, and refuses at once while the process runs on this host.
+ 3. Judge (hpo.driver.guards.lease_holder): a claimant takes the lease at once from a process
+    gone on this host, an older restart of its own Slurm job, or a Slurm job that Slurm says
+    has ended (squeue, sacct), and refuses at once while the process runs on this host.
     Else it watches the record by its own monotonic clock: refused at the first change, taken
     over when unchanged for 2 periods + CACHE_MARGIN_S (open() revalidates NFS's cache; the
-    margin covers the names it caches).
+    margin covers the names it caches) or once Slurm says the holder's job ended.
  4. Take over: rename the lease to a name of the claimant's own (of two claimants one moves
     it), check that what moved is byte for byte the record watched (else the holder beat
     meanwhile: link it back, never over another lease), then create as in 1. A holder that
@@ -24,142 +25,60 @@ node-local: Lustre's `localflock`), and no two nodes' clocks are ever compared:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from hpo.cluster.slurm_env import lookup, restart_count
+from hpo.driver.guards.lease_holder import (  # noqa: F401  (lease.X, as callers name them)
+    _SIZE,
+    CACHE_MARGIN_S,
+    LEASE_FILE,
+    PERIOD_ENV,
+    PERIOD_S,
+    Holder,
+    _read,
+    _record,
+    _Seen,
+    _stat,
+    me,
+    running_here,
+    slurm_reason,
+    takeover_reason,
+)
 from hpo.errors import LeaseError, StorageError
 
-LEASE_FILE = "hpo.lease"
-PERIOD_S = 10.0
-PERIOD_ENV = "HPO_LEASE_PERIOD_S"  # a shorter heartbeat, for tests
-CACHE_MARGIN_S = 60.0  # NFS's default acdirmax; Lustre and GPFS revalidate sooner
-_SIZE = 1024  # every record is padded to this length, so a beat rewrites it whole in place
-
 log = logging.getLogger("hpo.lease")
+SLURM_POLL_S = 5.0  # how often a watching claimant asks Slurm whether the holder's job ended
 _held: dict[Path, int] = {}  # leases this process holds -> nesting depth (slurm.py + run())
 
 
-@dataclass(frozen=True)
-class Holder:
-    """Who holds a lease: enough to tell whether it is still alive, and to name it."""
-
-    host: str
-    pid: int
-    started: str  # the pid's start time in clock ticks: a reused pid is not the holder
-    job_id: str
-    restart: int
-    period_s: float
-    token: str
-
-    def describe(self) -> str:
-        job = f", Slurm job {self.job_id} (restart {self.restart})" if self.job_id else ""
-        return f"host {self.host}, pid {self.pid}{job}"
-
-    def stale_s(self) -> float:
-        """How long its record must stay unchanged before a claimant takes the lease."""
-        return 2 * self.period_s + CACHE_MARGIN_S
-
-
-@dataclass(frozen=True)
-class _Seen:
-    raw: bytes  # compared whole: any change (even a torn read) counts as a sign of life
-    holder: Holder
-
-
-def _record(holder: Holder, beat: int) -> bytes:
-    return json.dumps({**asdict(holder), "beat": beat}).encode().ljust(_SIZE - 1) + b"\n"
-
-
-def _parse(raw: bytes) -> _Seen:
-    try:
-        data = json.loads(raw)
-        data.pop("beat")
-        return _Seen(raw, Holder(**data))
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # not ours, or damaged
-        return _Seen(raw, Holder("?", -1, "", "", 0, PERIOD_S, f"unreadable: {exc}"))
-
-
-def _read(path: Path) -> _Seen | None:
-    """The lease as it is now (open() revalidates NFS's cache); None if there is none."""
-    try:
-        return _parse(path.read_bytes())
-    except FileNotFoundError:
-        return None
-
-
-def _stat(pid: int) -> list[str]:
-    """The fields of /proc/<pid>/stat after its name (the state first); [] if none."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return []
-    return raw[raw.rindex(")") + 2:].split()
-
-
-def me(env: Mapping[str, str] = os.environ, period_s: float | None = None) -> Holder:
-    """This process as a holder; the Slurm job and its restart count come from `env`."""
-    pid = os.getpid()
-    fields = _stat(pid)
-    return Holder(socket.gethostname(), pid, fields[19] if fields else "",
-                  lookup(env, "job_id") or "", restart_count(env),
-                  period_s or float(env.get(PERIOD_ENV) or PERIOD_S), uuid.uuid4().hex)
-
-
-def _pid_alive(holder: Holder) -> bool:
-    try:
-        os.kill(holder.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's live process
-    fields = _stat(holder.pid)
-    if fields[:1] in (["Z"], ["X"]):  # ended, not reaped (a container's pid 1 may never reap)
-        return False
-    return not holder.started or fields[19:20] == [holder.started]
-
-
-def takeover_reason(holder: Holder, claimant: Holder) -> str | None:
-    """Why `claimant` may take the lease from `holder` at once, without watching it."""
-    if holder.pid > 0 and holder.host == claimant.host and not _pid_alive(holder):
-        return f"its process {holder.pid} on {holder.host} is gone"
-    if holder.job_id and holder.job_id == claimant.job_id and holder.restart < claimant.restart:
-        return f"Slurm requeued job {holder.job_id} (restart {claimant.restart})"
-    return None
-
-
-def _running_here(holder: Holder, claimant: Holder) -> bool:
-    """Its process runs on this host, so it beats (a stopped one is watched like any other)."""
-    return (holder.pid > 0 and holder.host == claimant.host and _pid_alive(holder)
-            and _stat(holder.pid)[:1] not in (["T"], ["t"]))
-
-
-def _watch(path: Path, seen: _Seen) -> _Seen | None:
+def _watch(path: Path, seen: _Seen, claimant: Holder) -> tuple[_Seen | None, str | None]:
     """Watch the lease by this process's monotonic clock: a record that proves its holder
-    alive (the new one, or `seen` if it was released), or None once it stayed unchanged for
-    the holder's stale time."""
+    alive (the new one, or `seen` if it was released), or why it may be taken over: it
+    stayed unchanged for the holder's stale time, or Slurm says the holder's job ended
+    (asked every SLURM_POLL_S: a holder that outlives its job still beats)."""
     limit, poll = seen.holder.stale_s(), min(1.0, seen.holder.period_s / 4)
-    start, said = time.monotonic(), False
+    start, said, asked = time.monotonic(), False, time.monotonic()
     while (waited := time.monotonic() - start) < limit:
         time.sleep(min(poll, limit - waited))
         now = _read(path)
+        if time.monotonic() - asked >= SLURM_POLL_S or (now is not None and now.raw != seen.raw):
+            asked = time.monotonic()
+            ended = slurm_reason(seen.holder, claimant)
+            if ended is not None and (now is None or now.raw == seen.raw):
+                return None, ended
         if now is None or now.raw != seen.raw:
-            return now if now is not None and now.holder.pid > 0 else seen
+            return (now if now is not None and now.holder.pid > 0 else seen), None
         if not said and waited > 2 * seen.holder.period_s:  # past a live holder's beat
             said = True
             log.warning("warning: %s: no heartbeat from %s yet; its lease is taken over if "
                         "none comes for %g s", path.parent, seen.holder.describe(), limit)
-    return None
+    return None, f"its heartbeat did not advance for {limit:g} s"
 
 
 def _create(path: Path, holder: Holder) -> bool:
@@ -213,13 +132,12 @@ def acquire(exp_dir: Path, claimant: Holder, action: str = "run", tries: int = 5
         if seen is None:
             continue
         reason = takeover_reason(seen.holder, claimant)
-        if reason is None and _running_here(seen.holder, claimant):
+        if reason is None and running_here(seen.holder, claimant):
             raise _refusal(exp_dir, seen.holder, action, "its process is running")
         if reason is None:
-            alive = _watch(path, seen)
+            alive, reason = _watch(path, seen, claimant)
             if alive is not None:
                 raise _refusal(exp_dir, alive.holder, action, "heartbeat 0 s ago")
-            reason = f"its heartbeat did not advance for {seen.holder.stale_s():g} s"
         if _take_over(path, seen.raw, claimant):
             log.warning("warning: %s: took over the lease of %s: %s", exp_dir,
                         seen.holder.describe(), reason)

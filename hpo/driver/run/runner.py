@@ -28,7 +28,8 @@ from hpo.driver.guards.storage_faults import check_resumable, storage_guard
 from hpo.driver.guards.walltime import WalltimeGuard, active
 from hpo.driver.run import preflight, translate
 from hpo.driver.run.fit_errors import said_in_one_line
-from hpo.driver.run.outcome import LOG_FILE, RunResult, outcome, resume_hint
+from hpo.driver.run.fresh import already_here, start_again
+from hpo.driver.run.outcome import LOG_FILE, RunResult, outcome
 from hpo.driver.run.trainable import python_name
 from hpo.errors import ConfigError, ExperimentError, LeaseError
 from hpo.ray_adapters import gate, tune_fit
@@ -100,12 +101,14 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
         parameters: dict[str, Any] | None = None, callbacks: list[Any] | None = None,
         storage: str | None = None, name: str | None = None, num_cpus: int | None = None,
         source: str = "<spec>", cluster: RayCluster | None = None,
-        keep_ray: bool = True, time_limit_s: float | None = None) -> RunResult:
+        keep_ray: bool = True, time_limit_s: float | None = None,
+        fresh: bool = False) -> RunResult:
     """Run an experiment on an embedded Ray, or on `cluster` (a running one, e.g. a Slurm
     job's own); the folder is `<storage>/<name>`. `trainable` (a function or Ray Tune class)
     replaces the spec's; `parameters` reach every trial by reference; `callbacks` go to Tune;
     `keep_ray` leaves the embedded Ray running for the next run in this process;
-    `time_limit_s` ends the run like a Slurm job's time limit (hpo.driver.guards.walltime).
+    `time_limit_s` ends the run like a Slurm job's time limit (hpo.driver.guards.walltime);
+    `fresh` starts again in a folder whose earlier run finished no trial (hpo.driver.run.fresh).
 
     Example:
         >>> result = hpo.run("search_spaces/digits-asha.yaml", storage="/tmp/r")
@@ -122,10 +125,11 @@ def run(spec: Spec | dict[str, Any] | str | Path, *, trainable: Any = None,
     try:
         # The lease before the check: two runs started at once raced into one folder.
         with start_stops(), storage_guard(exp_dir), experiment_lease(exp_dir):
+            if (exp_dir / SPEC_FILE).exists() and not fresh:
+                raise already_here(exp_dir, spec)
             if (exp_dir / SPEC_FILE).exists():
-                raise ExperimentError(f"{exp_dir}: an experiment already exists here. Hint: "
-                                      f"{resume_hint(exp_dir, spec)} continues it; another "
-                                      "name starts a new one (--name; name= in hpo.run)")
+                start_again(exp_dir)  # refuses where a trial finished
+                made_here = True  # emptied: as if made here, should this run fail too
             mirror = _optuna_mirror(spec, source, exp_dir.name)  # a bad optuna_storage fails
             with _ray_and_trainable(spec, source, exp_dir, num_cpus, cluster, parameters,
                                     keep_ray) as tune_trainable:

@@ -11,6 +11,7 @@ host's unless `--pid` is given) and its exit status.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import shlex
@@ -94,7 +95,7 @@ def _ask_host(folder: Path, srun: list[str]) -> HostStep:
     staged = folder / f"{number}.args.new"
     staged.write_bytes(b"".join(word.encode() + b"\0" for word in srun))
     staged.rename(folder / f"{number}.args")
-    fd = os.open(folder / "requests", os.O_WRONLY | os.O_NONBLOCK)
+    fd = _requests(folder / "requests")
     try:
         os.write(fd, f"{number}\n".encode())  # one short write to a pipe: never interleaved
     except OSError as exc:
@@ -103,6 +104,21 @@ def _ask_host(folder: Path, srun: list[str]) -> HostStep:
     finally:
         os.close(fd)
     return HostStep(folder, number)
+
+
+def _requests(pipe: Path, wait_s: float = 30.0) -> int:
+    """The helper's requests pipe, open for writing once the helper reads it: it starts in
+    the background just before hpo does, and a pipe without its reader refuses (ENXIO)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() >= deadline:
+                raise SlurmEnvironmentError(
+                    f"the batch script's step helper is not reading {pipe} ({exc.strerror}). "
+                    "Hint: see the job's output") from None
+            time.sleep(0.02)
 
 
 def container_words(env: Mapping[str, str] = os.environ) -> list[str]:

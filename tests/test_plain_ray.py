@@ -22,7 +22,7 @@ from conftest import trial_rows
 from test_slurm_cluster import outputs, slurm  # noqa: F401 (fixtures of the Slurm tests)
 
 import hpo
-from hpo.ray_adapters import gate
+from hpo.ray_adapters import checked, gate
 from testing.slurm_cluster import SlurmTestCluster
 
 pytestmark = pytest.mark.plain_ray
@@ -31,8 +31,7 @@ pytestmark = pytest.mark.plain_ray
 def _forget() -> None:
     """No Ray kept and no decision cached from before: the next run starts and decides anew."""
     hpo.shutdown()
-    gate._decisions.cache_clear()
-    gate._warn_once.cache_clear()
+    gate.clear()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,9 +39,10 @@ def _plain_ray() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         _forget()
         patch.setenv(gate.SWITCH, "off")
+        patch.setenv(checked.CACHE_SWITCH, "off")  # a test here removes what a check reads
         yield
         _forget()
-    gate._decisions.cache_clear()  # decided again under the setting restored
+    gate.clear()  # decided again under the setting restored
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,7 @@ starts. No Ray is started: a gap is made by replacing a check function."""
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 import hpo
 from hpo.driver.run import preflight
 from hpo.errors import ConfigError
-from hpo.ray_adapters import gate, train_session, tune_fit
+from hpo.ray_adapters import checked, gate, train_session, tune_fit
 from hpo.ray_adapters.registry import NEWEST_RAY, PATCHES
 from hpo.spec.load import load_spec
 
@@ -23,13 +24,13 @@ SPEED = {patch.name for patch in PATCHES if patch.kind == "speed"}
 
 @pytest.fixture(autouse=True)
 def fresh_gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each test decides anew (decisions are cached per setting); none leaks to the next."""
+    """Each test decides anew (decisions are cached per setting, checks kept on disk: not
+    here, where checks are changed); none leaks to the next."""
     monkeypatch.delenv(gate.SWITCH, raising=False)
-    gate._decisions.cache_clear()
-    gate._warn_once.cache_clear()
+    monkeypatch.setenv(checked.CACHE_SWITCH, "off")
+    gate.clear()
     yield
-    gate._decisions.cache_clear()
-    gate._warn_once.cache_clear()
+    gate.clear()
 
 
 def off(setting: str = "") -> set[str]:
@@ -199,3 +200,27 @@ def test_a_class_is_read_from_its_file_without_importing_it() -> None:
                           cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_the_checks_are_kept_on_disk_for_this_ray_and_these_adapters(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first look runs every check and keeps the answer; the next process reads it and
+    runs none; another Ray (or adapter, or Python) has another key, and is checked afresh."""
+    monkeypatch.setenv(checked.CACHE_SWITCH, "on")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    gate.clear()
+    assert off() == set()
+    kept = list((tmp_path / "hpo").glob("ray-checks-*.json"))
+    assert len(kept) == 1 and kept[0] == checked.cache_file()
+    gate.clear()  # a new process, as far as the gate knows
+
+    def gone() -> list[str]:
+        raise AssertionError("a kept check ran again")
+
+    monkeypatch.setattr(tune_fit, "speed_gaps", gone)
+    assert off() == set()
+    monkeypatch.setattr(sys, "version", "another Python")  # part of the key, as Ray's files are
+    gate.clear()
+    monkeypatch.setattr(tune_fit, "speed_gaps", lambda: ["Ray lacks this"])
+    assert off() == {"fit-speed"}
+    assert len(list((tmp_path / "hpo").glob("ray-checks-*.json"))) == 2

@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from hpo.errors import ConfigError
+from hpo.ray_adapters import checked
 from hpo.ray_adapters.registry import NEWEST_RAY, OLDEST_RAY, PATCHES, Patch, by_name
 
 SWITCH = "HPO_RAY_PATCHES"
@@ -68,15 +69,6 @@ def switched_off() -> tuple[bool, frozenset[str]]:
     return "off" in words, named
 
 
-def _gaps(patch: Patch) -> tuple[str, ...]:
-    module, _, function = patch.check.partition(":")
-    try:
-        check: Callable[[], list[str]] = getattr(importlib.import_module(module), function)
-        return tuple(check())
-    except Exception as exc:  # a check that cannot even look: the patch cannot apply
-        return (f"{patch.check} failed: {type(exc).__name__}: {exc}",)
-
-
 def _decide(patch: Patch, all_speed_off: bool, named: frozenset[str]) -> Decision:
     if patch.name in named:
         return Decision(patch, (), f"{SWITCH} names it")
@@ -84,19 +76,29 @@ def _decide(patch: Patch, all_speed_off: bool, named: frozenset[str]) -> Decisio
         return Decision(patch, (), f"{SWITCH}=off")
     if patch.kind == "speed" and ray_version() > NEWEST_RAY:
         return Decision(patch, (), "Ray {}.{} is newer than tested".format(*ray_version()))
-    gaps = _gaps(patch)
+    gaps = checked.gaps(patch.check)
     return Decision(patch, gaps, f"Ray lacks {gaps[0]}" if gaps else "")
 
 
 @functools.cache
-def _decisions(setting: str) -> dict[str, Decision]:
+def _decision(setting: str, name: str) -> Decision:
     all_speed_off, named = switched_off()
-    return {patch.name: _decide(patch, all_speed_off, named) for patch in PATCHES}
+    return _decide(by_name(name), all_speed_off, named)
 
 
 def decisions() -> dict[str, Decision]:
-    """Each patch's decision, decided once a process (for the current HPO_RAY_PATCHES)."""
-    return _decisions(os.environ.get(SWITCH, ""))
+    """Each patch's decision, decided once a process (for the current HPO_RAY_PATCHES); on
+    the first look at this Ray, every check runs and its answer is kept (checked.py)."""
+    checked.keep_all(patch.check for patch in PATCHES)
+    setting = os.environ.get(SWITCH, "")
+    return {patch.name: _decision(setting, patch.name) for patch in PATCHES}
+
+
+def clear() -> None:
+    """Decide afresh at the next look (tests: a check or the setting changed)."""
+    _decision.cache_clear()
+    _warn_once.cache_clear()
+    checked.forget()
 
 
 def switched_on(name: str) -> bool:
@@ -111,7 +113,7 @@ def switched_on(name: str) -> bool:
 def is_on(name: str) -> bool:
     """Whether the patch of this name applies in this process."""
     by_name(name)  # a typo is a KeyError, not a patch quietly off
-    return decisions()[name].on
+    return _decision(os.environ.get(SWITCH, ""), name).on
 
 
 def applied(name: str, patch: Callable[[], AbstractContextManager[object]]

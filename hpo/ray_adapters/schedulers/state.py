@@ -26,6 +26,7 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from hpo.ray_adapters.schedulers import asha, hyperband, median, pbt, rasda
 from hpo.ray_adapters.schedulers.carried import Kind, UnknownTrial, dumps, loads, put_back
+from hpo.ray_adapters.schedulers.paused import Watch, pause_again, paused_gaps, watch_adds
 
 _log = logging.getLogger("hpo.ray")
 KINDS = (rasda.KIND, asha.KIND, hyperband.KIND, median.KIND, pbt.KIND)  # subclasses first
@@ -53,9 +54,11 @@ class SchedulerState(Callback):
         self._kind = kind_of(scheduler)
         self._trials: list[Trial] = []  # the controller's, as the last step gave them
         self._saved: dict[str, Any] | None = None  # set_state's, until it is put back
+        self._view = Watch(None)  # the controller as the scheduler's on_trial_add saw it
 
     def __getstate__(self) -> dict[str, Any]:  # pickled with the experiment: nothing held
-        return {"_scheduler": self._scheduler, "_kind": None, "_trials": [], "_saved": None}
+        return {"_scheduler": self._scheduler, "_kind": None, "_trials": [], "_saved": None,
+                "_view": Watch(None)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -68,7 +71,8 @@ class SchedulerState(Callback):
             return {"kind": None}  # a state, so that set_state runs and says what is lost
         return {"kind": self._kind.name,
                 "attrs": dumps(self._scheduler, self._kind.attrs(self._scheduler)),
-                "extra": self._kind.extra(self._scheduler, self._trials)}
+                "extra": self._kind.extra(self._scheduler, self._trials),
+                "paused": [t.trial_id for t in self._trials if t.status == Trial.PAUSED]}
 
     def set_state(self, state: dict[str, Any]) -> None:
         line = not_carried(self._scheduler)
@@ -76,11 +80,13 @@ class SchedulerState(Callback):
             _log.warning("resume: %s", line)
         if self._kind is not None and state.get("kind") == self._kind.name:
             self._saved = state
+            self._view = watch_adds(self._scheduler)
 
     def on_step_begin(self, iteration: int, trials: list[Trial], **info: Any) -> None:
         self._trials = trials
         if self._saved is not None:
             saved, self._saved = self._saved, None
+            self._view.stop(self._scheduler)
             self._put_back(saved, trials)
 
     def _put_back(self, saved: dict[str, Any], trials: list[Trial]) -> None:
@@ -104,6 +110,9 @@ class SchedulerState(Callback):
             self._kind.after(self._scheduler, by_id)
         if self._kind.apply_extra is not None:
             self._kind.apply_extra(self._scheduler, saved.get("extra"), by_id)
+        if self._view.seen is not None:  # Tune re-added trials: each was PENDING again
+            pause_again(self._view.seen, [by_id[i] for i in saved.get("paused", ())
+                                          if i in by_id])
 
 
 def missing() -> list[str]:
@@ -121,6 +130,7 @@ def missing() -> list[str]:
     if not 0 <= resume.find("self._callbacks.restore_from_dir") < \
             resume.find("self._requeue_restored_trials"):
         gaps.append("TuneController.resume: callbacks restored before the trials are re-added")
+    gaps += paused_gaps()
     step = inspect.getsource(TuneController.step)
     if not 0 <= step.find("self._callbacks.on_step_begin") < step.find("self._maybe_add_actors"):
         gaps.append("TuneController.step: on_step_begin before any trial starts")

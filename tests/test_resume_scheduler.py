@@ -46,9 +46,10 @@ def _ends(frame: Any) -> dict[float, int]:
 
 
 def _stopped_and_resumed(spec: dict[str, Any], tmp_path: Path, name: str, trial: int,
-                         iteration: int) -> Any:
+                         iteration: int, once: bool = True) -> Any:
     """The study stopped (SIGUSR1) when its trial started `trial`-th reports `iteration`,
-    then resumed; each result is handed to the scheduler once across both."""
+    then resumed; with `once`, each result is handed to the scheduler once across both (PBT
+    sends a clone back to its source's steps)."""
     fired, seen = tmp_path / f"{name}.fired", tmp_path / f"{name}.seen"
     with pytest.raises(hpo.RunError, match="stopped by SIGUSR1"):
         hpo.run({**spec, "name": name}, storage=str(tmp_path), num_cpus=2,
@@ -57,7 +58,7 @@ def _stopped_and_resumed(spec: dict[str, Any], tmp_path: Path, name: str, trial:
     resumed = hpo.resume(tmp_path / name, num_cpus=2)
     assert fired.read_text().split()[1] == str(iteration)
     lines = seen.read_text().splitlines()
-    assert len(lines) == len(set(lines))  # no result seen twice: none judged twice
+    assert len(lines) == len(set(lines)) or not once  # no result seen twice: none judged twice
     return resumed
 
 
@@ -109,14 +110,83 @@ def test_a_resumed_hyperband_decides_as_the_uninterrupted_one(tmp_path: Path) ->
 
 
 def test_what_is_not_carried_is_said() -> None:
-    from ray.tune.schedulers import HyperBandScheduler, MedianStoppingRule
+    from ray.tune.schedulers import FIFOScheduler, HyperBandScheduler, MedianStoppingRule
 
     from hpo.ray_adapters.schedulers.state import not_carried
     from hpo.spec.fifo_choice import FifoScheduler
-    from hpo.spec.seedable import SeedableASHA
+    from hpo.spec.seedable import SeedableASHA, SeedablePBT
 
-    assert not_carried(SeedableASHA()) is None
-    assert not_carried(FifoScheduler()) is None
-    for other in (HyperBandScheduler(), MedianStoppingRule()):
-        line = not_carried(other)
-        assert line is not None and type(other).__name__ in line and "\n" not in line
+    class Own(FIFOScheduler):  # a user's own: its state is its own
+        def on_trial_result(self, *args: Any, **kwargs: Any) -> str:
+            return FIFOScheduler.CONTINUE
+
+    carried = (SeedableASHA(), FifoScheduler(), HyperBandScheduler(), MedianStoppingRule(),
+               SeedablePBT(hyperparam_mutations={"x": [1, 2]}))
+    assert [not_carried(scheduler) for scheduler in carried] == [None] * len(carried)
+    line = not_carried(Own())
+    assert line is not None and "Own" in line and "\n" not in line
+
+
+# PBT on two trials (x = 1, 3), one at a time, every 2 iterations, the lower half cloning the
+# upper: x = 1 waits paused at 2 for x = 3, then clones it at 4 with x perturbed, seeded.
+# Stopped while x = 1 runs again, and resumed without PBT's state, neither trial would have a
+# score to compare: no clone.
+PBT: dict[str, Any] = {
+    **HYPERBAND, "search_space": {"x": {"grid": [1, 3]}}, "constants": {"steps": 6, "sleep": 0.0},
+    "search": {"type": "grid", "seed": 2},
+    "scheduler": {"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5,
+                  "hyperparam_mutations": {"x": {"uniform": [0.5, 4.0]}}},
+    "checkpoint": {"frequency": 1, "keep": 4},
+}
+
+
+def _pbt_ends(frame: Any) -> list[tuple[float, int, float]]:
+    return sorted((round(float(x), 6), int(n), round(float(score), 6)) for x, n, score
+                  in zip(frame["config/x"], frame["iterations"], frame["score"], strict=True))
+
+
+def test_a_resumed_pbt_decides_as_the_uninterrupted_one(tmp_path: Path) -> None:
+    whole = hpo.run({**PBT, "name": "whole"}, storage=str(tmp_path), num_cpus=2)
+    resumed = _stopped_and_resumed(PBT, tmp_path, "stopped", 0, 3, once=False)
+    assert _pbt_ends(resumed.dataframe) == _pbt_ends(whole.dataframe)
+    assert {1.0, 3.0} != {x for x, _, _ in _pbt_ends(whole.dataframe)}  # a clone, perturbed
+
+
+def test_a_resumed_rasda_keeps_its_growth_records() -> None:
+    """Driven as Tune drives it: a trial grown at rung 1 on a roomy cluster is resumed where
+    the cluster has no room at its re-add; it keeps its ranks and its rung, and the state
+    carries no driver handle (the guard, the gate): the resumed scheduler's own stand."""
+    import pickle
+
+    from ray.tune.experiment import Trial
+    from test_rasda import _Controller, _result, _scheduler, _trial
+
+    from hpo.driver.plugins.rasda import ranks_of
+    from hpo.ray_adapters.schedulers.state import SchedulerState
+    from hpo.ray_adapters.tune_rasda import rungs_passed
+
+    before, trials = _scheduler(), [_trial("grown"), _trial("other")]
+    controller = _Controller(trials, cpus=8)
+    for trial in trials:
+        before.on_trial_add(controller, trial)
+    before.on_trial_result(controller, trials[0], _result(1, 0.5))  # rung 1: grows
+    trials[0].set_status(Trial.PAUSED)
+    before.choose_trial_to_run(controller)
+    trials[0].set_status(Trial.RUNNING)
+    assert ranks_of(trials[0]) == 2
+    saving = SchedulerState(before)
+    saving.on_step_begin(0, trials)
+    state = pickle.loads(pickle.dumps(saving.get_state()))  # as Tune writes it
+
+    after, again = _scheduler(), [_trial("grown"), _trial("other")]  # Tune rebuilds 1 rank
+    again[0].set_status(Trial.PENDING)
+    again[0].run_metadata.last_result = {"training_iteration": 1, "loss": 0.5}
+    crowded = _Controller(again, cpus=2)  # the other trial holds one: no room at the re-add
+    restoring = SchedulerState(after)
+    restoring.set_state(state)
+    for trial in again:
+        after.on_trial_add(crowded, trial)
+    assert ranks_of(again[0]) == 1
+    restoring.on_step_begin(0, again)
+    assert ranks_of(again[0]) == 2 and rungs_passed(after, "grown") == 1
+    assert after._guard is None and after.gate is not before.gate

@@ -190,3 +190,39 @@ def test_a_resumed_rasda_keeps_its_growth_records() -> None:
     restoring.on_step_begin(0, again)
     assert ranks_of(again[0]) == 2 and rungs_passed(after, "grown") == 1
     assert after._guard is None and after.gate is not before.gate
+
+
+def test_a_resumed_median_rule_keeps_each_trials_results() -> None:
+    """Its results are keyed by Trial objects and its defaultdicts' factories are lambdas:
+    carried by ID onto the resumed run's trials, into the dicts the rule was built with."""
+    import pickle
+
+    from ray.tune.experiment import Trial
+
+    from hpo.ray_adapters.schedulers.state import SchedulerState
+    from hpo.spec.fifo_choice import MedianStopping
+
+    def study() -> tuple[Any, list[Any], Any]:
+        rule, trials = MedianStopping(metric="loss", mode="min"), []
+        for name in ("a", "b"):
+            trials.append(Trial("t", trial_id=name, stub=True))
+            trials[-1].set_status(Trial.RUNNING)
+        view = type("View", (), {"get_trials": lambda self: trials})()
+        for trial in trials:
+            rule.on_trial_add(view, trial)
+        return rule, trials, view
+
+    rule, trials, view = study()
+    for loss, trial in enumerate(trials):
+        rule.on_trial_result(view, trial, {"training_iteration": 1, "loss": float(loss),
+                                           "time_total_s": 1.0})
+    saving = SchedulerState(rule)
+    saving.on_step_begin(0, trials)
+    state = pickle.loads(pickle.dumps(saving.get_state()))
+    resumed, again, view = study()
+    restoring = SchedulerState(resumed)
+    restoring.set_state(state)
+    restoring.on_step_begin(0, again)
+    assert {t.trial_id: len(r) for t, r in resumed._results.items()} == {"a": 1, "b": 1}
+    assert all(any(t is a for a in again) for t in resumed._results)
+    assert resumed._last_pause["new"] == float("-inf")  # its factory kept

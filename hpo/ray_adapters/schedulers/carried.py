@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import pickle
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,9 @@ class _Unpickler(pickle.Unpickler):
 def dumps(scheduler: Any, names: Iterable[str]) -> bytes:
     """The named attributes that the scheduler holds, pickled with trials as their IDs."""
     values = {name: getattr(scheduler, name) for name in names if name in vars(scheduler)}
+    # a defaultdict's factory may be a lambda: saved as a dict, put back into the one it has
+    values = {name: dict(value) if isinstance(value, defaultdict) else value
+              for name, value in values.items()}
     buffer = io.BytesIO()
     _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(values)
     return buffer.getvalue()

@@ -49,8 +49,8 @@ PATCHES: tuple[Patch, ...] = (
     Patch("rasda", "feature", "RASDA reads the rungs and grows a promoted trial's ranks",
           _A + "tune_rasda:missing", "scheduler.type: rasda"),
     Patch("scheduler-state", "feature",
-          "the scheduler's state rides in Tune's snapshot of its callbacks' states; a restored "
-          "ASHA trial keeps its bracket", _A + "scheduler_state:missing",
+          "the scheduler's records ride in Tune's snapshot of its callbacks' states and are put "
+          "back on the resumed trials", _A + "schedulers.state:scheduler_gaps",
           "exact resume (ray-project/ray#30838: Tune saves no scheduler)"),
     Patch("cluster", "feature",
           "a Slurm node's GCS client: its nodes, a preemption drain, the job's token",

@@ -115,7 +115,7 @@ def _scheduler_state(chosen: Any) -> list[Any]:
 
     if not gate.is_on("scheduler-state"):
         return []
-    from hpo.ray_adapters.scheduler_state import SchedulerState
+    from hpo.ray_adapters.schedulers.state import SchedulerState
 
     return [SchedulerState(chosen)]
 

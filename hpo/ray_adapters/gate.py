@@ -14,8 +14,6 @@ a feature that a spec needs and that does not match is one ConfigError before Ra
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.metadata
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -46,8 +44,14 @@ class Decision:
 @functools.cache
 def ray_version() -> tuple[int, int]:
     """The installed Ray's (major, minor), read from its metadata (no import of Ray)."""
-    major, minor, *_ = importlib.metadata.version("ray").split(".")
+    major, minor, *_ = _installed_ray().split(".")
     return int(major), int(minor)
+
+
+def _installed_ray() -> str:
+    import importlib.metadata  # 10-20 ms: not at `hpo --help`
+
+    return importlib.metadata.version("ray")
 
 
 def supported_ray() -> str:
@@ -145,7 +149,7 @@ def _warnings(found: dict[str, Decision]) -> Iterator[str]:
     mismatched = [d.patch.name for d in found.values()
                   if d.patch.kind == "speed" and not d.on and not d.off_why.startswith(SWITCH)]
     if mismatched:
-        yield (f"Ray {importlib.metadata.version('ray')} does not match what hpo read: running "
+        yield (f"Ray {_installed_ray()} does not match what hpo read: running "
                f"with the speed patches {', '.join(mismatched)} off (results are the same; "
                f"`hpo doctor` lists why)")
     for decision in found.values():

@@ -30,7 +30,6 @@ from typing import Any
 
 from hpo.cluster import own_import
 from hpo.cluster.slurm_env import usable_cores
-from hpo.ray_adapters import gate
 from hpo.ray_adapters.fast_start import raylet_env, worker_stub
 from hpo.ray_adapters.reading import unknown_config_keys
 
@@ -68,13 +67,19 @@ def available() -> bool:
     head's worker command; HPO_RAY_PATCHES=-fork-workers (hpo.ray_adapters.gate) has Ray start
     every worker itself."""
     if not hasattr(socket, "send_fds") or \
-            not (gate.switched_on("fork-workers") and gate.switched_on("lean-head")):
+            not _switched_on():
         return False
     try:
         os.close(os.pidfd_open(os.getpid()))  # Linux 5.3 and later
     except (AttributeError, OSError):
         return False
     return True
+
+
+def _switched_on() -> bool:
+    from hpo.ray_adapters import gate  # at a run's start, not at every `hpo` command's
+
+    return gate.switched_on("fork-workers") and gate.switched_on("lean-head")
 
 
 def imported_with(trainable: Any) -> list[str]:

@@ -87,7 +87,7 @@ def test_every_room_has_a_floor() -> None:
 
 def test_the_root_holds_few_loose_modules() -> None:
     loose = sorted(p.stem for p in PACKAGE.glob("*.py"))
-    assert loose == ["__init__", "__main__", "errors", "results"]
+    assert loose == ["__init__", "__main__", "errors"]
 
 
 def test_the_trial_side_imports_nothing_of_the_driver_or_the_cluster() -> None:

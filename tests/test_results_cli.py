@@ -16,7 +16,8 @@ import hpo
 import hpo.results
 from hpo.cli import app
 from hpo.cli._shared import export
-from hpo.results import _snapshot, load_results, loading, metrics
+from hpo.results import load_results, loading, metrics
+from hpo.results.files import snapshot
 
 runner = CliRunner()
 
@@ -173,7 +174,7 @@ def test_a_damaged_snapshot_is_an_error_that_names_it(tmp_path: Path) -> None:
     state = tmp_path / "experiment_state-2026-01-01_00-00-00.json"
     state.write_text('{"trial_data": [')
     with pytest.raises(hpo.ExperimentError, match="not valid JSON for 0.2 s"):
-        _snapshot(tmp_path, timeout_s=0.2)
+        snapshot(tmp_path, timeout_s=0.2)
 
 
 @pytest.mark.slow

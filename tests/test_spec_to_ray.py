@@ -272,13 +272,13 @@ def test_tune_is_importable_without_a_cluster() -> None:
 
 
 def test_a_pb2_saved_before_it_moved_still_loads() -> None:
-    """hpo.spec.seedable_pb2 holds SeedablePB2 since it moved out of hpo.spec.seedable (so
+    """hpo.spec.seedable_bandits holds SeedablePB2 since it moved out of hpo.spec.seedable (so
     that only PB2 runs import scikit-learn): an experiment state pickled before names the
     old module."""
     import pickle
 
-    from hpo.spec.seedable_pb2 import SeedablePB2
+    from hpo.spec.seedable_bandits import SeedablePB2
 
-    old = pickle.dumps(SeedablePB2, protocol=0).replace(b"hpo.spec.seedable_pb2",
+    old = pickle.dumps(SeedablePB2, protocol=0).replace(b"hpo.spec.seedable_bandits",
                                                         b"hpo.spec.seedable")
     assert b"hpo.spec.seedable\n" in old and pickle.loads(old) is SeedablePB2

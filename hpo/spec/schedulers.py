@@ -204,7 +204,7 @@ class Pb2(_Scheduler):
         return self
 
     def build(self) -> Any:
-        from hpo.spec.seedable_pb2 import SeedablePB2
+        from hpo.spec.seedable_bandits import SeedablePB2
 
         options = self.model_dump(exclude={"type", "hyperparam_mutations"})
         bounds = {k: list(d.bounds or ()) for k, d in self.hyperparam_mutations.items()}

@@ -28,11 +28,11 @@ class SeedablePBT(SeedableDraws, PopulationBasedTraining):
 
 
 def __getattr__(name: str) -> Any:
-    # SeedablePB2 lives in hpo.spec.seedable_pb2: Ray's PB2 imports scikit-learn and SciPy
+    # SeedablePB2 lives in hpo.spec.seedable_bandits: Ray's PB2 imports scikit-learn and SciPy
     # (0.9 s), which no other scheduler's run needs. An experiment saved before
     # names it here.
     if name == "SeedablePB2":
-        from hpo.spec.seedable_pb2 import SeedablePB2
+        from hpo.spec.seedable_bandits import SeedablePB2
 
         return SeedablePB2
     raise AttributeError(name)

@@ -57,8 +57,16 @@ WORKLOADS = {  # trials, steps, sleep_s, workers
     "scale64": (640, 20, 0.2, 64),
 }
 TOOLS = ("hpo", "hpo-warm", "hpo-plain", "tune", "optuna", "syne", "deephyper")
-# hpo-plain: `hpo run` with every speed patch off (HPO_RAY_PATCHES=off, hpo.ray_adapters.gate)
+# hpo-plain: `hpo run` with every speed patch off (HPO_RAY_PATCHES=off, hpo.ray_adapters.gate);
+# hpo-no-NAME: with that one speed patch off
 PLAIN = {"hpo-plain": {"HPO_RAY_PATCHES": "off"}}
+
+
+def patch_env(tool: str) -> dict[str, str]:
+    """The HPO_RAY_PATCHES a side runs under (none for the others)."""
+    if tool.startswith("hpo-no-"):
+        return {"HPO_RAY_PATCHES": "-" + tool.removeprefix("hpo-no-")}
+    return PLAIN.get(tool, {})
 
 
 @contextlib.contextmanager
@@ -82,10 +90,11 @@ def peer_run(python: str, tool: str, workload: str, work: Path
     benchmarks/trials.py), and the spans file its trials append to."""
     trials, steps, sleep_s, workers = WORKLOADS[workload]
     spans = work / "spans.jsonl"
-    cmd = [python, str(ROOT / "benchmarks" / "trials.py"), tool, "--trials", str(trials),
+    child = "hpo" if tool.startswith("hpo-no-") else tool  # the same trial, another setting
+    cmd = [python, str(ROOT / "benchmarks" / "trials.py"), child, "--trials", str(trials),
            "--steps", str(steps), "--sleep-s", str(sleep_s), "--workers", str(workers),
            "--spans", str(spans), "--work", str(work)]
-    env = env_with_root(HPO_LOCAL_RAY=str(work / "warm"), **PLAIN.get(tool, {}))
+    env = env_with_root(HPO_LOCAL_RAY=str(work / "warm"), **patch_env(tool))
     return cmd, env, spans  # HPO_LOCAL_RAY: hpo-warm's, no other
 
 
@@ -171,11 +180,18 @@ def peers(args: argparse.Namespace) -> list[Any]:
 def patches_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS),
                         default=["throughput", "util8", "util32"])
+    parser.add_argument("--each", action="store_true",
+                        help="also each speed patch off alone (hpo-no-NAME)")
 
 
 def patches(args: argparse.Namespace) -> list[Any]:
-    """hpo with its speed patches on and off (plain Ray's speed), side by side in one run."""
-    runs = measure(args, {"hpo": sys.executable, "hpo-plain": sys.executable})
+    """hpo with its speed patches on and off (plain Ray's speed), side by side in one run;
+    with --each, also every speed patch off alone."""
+    from hpo.ray_adapters.registry import PATCHES
+
+    sides = ["hpo", "hpo-plain"] + [f"hpo-no-{patch.name}" for patch in PATCHES
+                                    if args.each and patch.kind == "speed"]
+    runs = measure(args, dict.fromkeys(sides, sys.executable))
     table = rows(runs)
     print(text_table(HEADER, table))
     publish(args, "patches", "What the speed patches buy", md_table(HEADER, table))

@@ -21,10 +21,10 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from hpo.errors import ConfigError
-from hpo.ray_adapters import checked
 from hpo.ray_adapters.registry import NEWEST_RAY, OLDEST_RAY, PATCHES, Patch, by_name
 
 SWITCH = "HPO_RAY_PATCHES"
+DECIDED = "HPO_RAY_PATCHES_DECIDED"  # "<the setting>|<the patches on>", set by decisions()
 _log = logging.getLogger("hpo.ray")
 
 
@@ -80,6 +80,8 @@ def _decide(patch: Patch, all_speed_off: bool, named: frozenset[str]) -> Decisio
         return Decision(patch, (), f"{SWITCH}=off")
     if patch.kind == "speed" and ray_version() > NEWEST_RAY:
         return Decision(patch, (), "Ray {}.{} is newer than tested".format(*ray_version()))
+    from hpo.ray_adapters import checked
+
     gaps = checked.gaps(patch.check)
     return Decision(patch, gaps, f"Ray lacks {gaps[0]}" if gaps else "")
 
@@ -93,15 +95,23 @@ def _decision(setting: str, name: str) -> Decision:
 def decisions() -> dict[str, Decision]:
     """Each patch's decision, decided once a process (for the current HPO_RAY_PATCHES); on
     the first look at this Ray, every check runs and its answer is kept (checked.py)."""
+    from hpo.ray_adapters import checked
+
     checked.keep_all(patch.check for patch in PATCHES)
     setting = os.environ.get(SWITCH, "")
-    return {patch.name: _decision(setting, patch.name) for patch in PATCHES}
+    found = {patch.name: _decision(setting, patch.name) for patch in PATCHES}
+    # what this process's Ray and its workers inherit: a trial worker then decides for free
+    os.environ[DECIDED] = setting + "|" + ",".join(n for n, d in found.items() if d.on)
+    return found
 
 
 def clear() -> None:
     """Decide afresh at the next look (tests: a check or the setting changed)."""
+    from hpo.ray_adapters import checked
+
     _decision.cache_clear()
     _warn_once.cache_clear()
+    os.environ.pop(DECIDED, None)
     checked.forget()
 
 
@@ -117,7 +127,11 @@ def switched_on(name: str) -> bool:
 def is_on(name: str) -> bool:
     """Whether the patch of this name applies in this process."""
     by_name(name)  # a typo is a KeyError, not a patch quietly off
-    return _decision(os.environ.get(SWITCH, ""), name).on
+    setting = os.environ.get(SWITCH, "")
+    decided, _, on = os.environ.get(DECIDED, "\0|").partition("|")
+    if decided == setting:  # the driver's (or the node's) decisions, inherited
+        return name in on.split(",")
+    return _decision(setting, name).on
 
 
 def applied(name: str, patch: Callable[[], AbstractContextManager[object]]

@@ -9,6 +9,7 @@ subprocesses take it from the environment. `python -m pytest -m plain_ray` runs 
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +26,19 @@ import hpo
 from hpo.ray_adapters import checked, gate
 from testing.slurm_cluster import SlurmTestCluster
 
-pytestmark = pytest.mark.plain_ray
+pytestmark = [pytest.mark.plain_ray, pytest.mark.ray]  # each test runs another module's study
+
+
+@pytest.fixture
+def fresh_results(slurm: SlurmTestCluster) -> Iterator[None]:  # noqa: F811
+    """The Slurm studies rerun here are named as in their own modules, on the same test
+    cluster: their folders go before and after, so neither run resumes the other's."""
+    folders = [slurm.root / "work" / "results" / name for name in ("walltime", "joined")]
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    yield
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _forget() -> None:
@@ -80,13 +93,15 @@ def test_a_rasda_growth(tmp_path: Path) -> None:
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_a_two_node_slurm_job_stops_and_resumes(slurm: SlurmTestCluster,  # noqa: F811
-                                                outputs: list[str]) -> None:  # noqa: F811
+                                                outputs: list[str],  # noqa: F811
+                                                fresh_results: None) -> None:
     test_slurm_cluster.test_usr1_stops_requeues_and_resumes(slurm, outputs)
 
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_a_join(slurm: SlurmTestCluster, outputs: list[str]) -> None:  # noqa: F811
+def test_a_join(slurm: SlurmTestCluster, outputs: list[str],  # noqa: F811
+                fresh_results: None) -> None:
     test_join.test_jobs_join_a_running_study_leave_without_losing_or_doubling_work(slurm,
                                                                                    outputs)
 

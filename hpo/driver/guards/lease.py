@@ -70,7 +70,9 @@ def _watch(path: Path, seen: _Seen, claimant: Holder) -> tuple[_Seen | None, str
         if time.monotonic() - asked >= SLURM_POLL_S or (now is not None and now.raw != seen.raw):
             asked = time.monotonic()
             ended = slurm_reason(seen.holder, claimant)
-            if ended is not None and (now is None or now.raw == seen.raw):
+            # only a record left as it was (a holder killed with its job): a released one
+            # proves its holder was alive, and this claimant is refused as before
+            if ended is not None and now is not None and now.raw == seen.raw:
                 return None, ended
         if now is None or now.raw != seen.raw:
             return (now if now is not None and now.holder.pid > 0 else seen), None

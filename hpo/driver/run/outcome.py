@@ -15,7 +15,7 @@ from hpo.errors import RunError
 from hpo.results import best_config, load_results, never_a_number
 from hpo.spec.model import PYTHON_TRAINABLE, Spec
 from hpo.spec.plan import trial_count
-from hpo.trial.cost import Totals
+from hpo.trial.cost import REPORT_TIME, Totals
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,7 +78,7 @@ def trials_own(keys: list[str]) -> list[str]:
     """The keys of a result the trial itself reported: not those Tune or hpo add."""
     from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS, DONE, SHOULD_CHECKPOINT
 
-    hpo_added = {field.name for field in dataclasses.fields(Totals)}
+    hpo_added = {*(field.name for field in dataclasses.fields(Totals)), REPORT_TIME}
     added = {*AUTO_RESULT_KEYS, *DEBUG_METRICS, DONE, SHOULD_CHECKPOINT, *hpo_added}
     return [key for key in keys if key not in added and key.split("/")[0] not in added]
 

@@ -36,8 +36,7 @@ def _source(obj: Any) -> str:
         text = textwrap.dedent(inspect.getsource(obj))
     except (OSError, TypeError):
         return ""
-    doc = inspect.getdoc(obj) if inspect.isfunction(obj) and obj.__doc__ else None
-    return text.replace(obj.__doc__, "") if doc else text
+    return text.replace(obj.__doc__, "") if inspect.isfunction(obj) and obj.__doc__ else text
 
 
 def _called_helpers(source: str, module: ModuleType) -> list[Any]:

@@ -73,13 +73,21 @@ def switched_off() -> tuple[bool, frozenset[str]]:
     return "off" in words, named
 
 
-def _decide(patch: Patch, all_speed_off: bool, named: frozenset[str]) -> Decision:
+def _switched_off_why(patch: Patch) -> str:
+    """Why HPO_RAY_PATCHES or the Ray's version turns the patch off ("": neither does)."""
+    all_speed_off, named = switched_off()
     if patch.name in named:
-        return Decision(patch, (), f"{SWITCH} names it")
+        return f"{SWITCH} names it"
     if patch.kind == "speed" and all_speed_off:
-        return Decision(patch, (), f"{SWITCH}=off")
+        return f"{SWITCH}=off"
     if patch.kind == "speed" and ray_version() > NEWEST_RAY:
-        return Decision(patch, (), "Ray {}.{} is newer than tested".format(*ray_version()))
+        return "Ray {}.{} is newer than tested".format(*ray_version())
+    return ""
+
+
+def _decide(patch: Patch) -> Decision:
+    if why := _switched_off_why(patch):
+        return Decision(patch, (), why)
     from hpo.ray_adapters import checked
 
     gaps = checked.gaps(patch.check)
@@ -88,8 +96,8 @@ def _decide(patch: Patch, all_speed_off: bool, named: frozenset[str]) -> Decisio
 
 @functools.cache
 def _decision(setting: str, name: str) -> Decision:
-    all_speed_off, named = switched_off()
-    return _decide(by_name(name), all_speed_off, named)
+    """One patch's decision under `setting` (HPO_RAY_PATCHES: the cache's key)."""
+    return _decide(by_name(name))
 
 
 def decisions() -> dict[str, Decision]:
@@ -118,10 +126,7 @@ def clear() -> None:
 def switched_on(name: str) -> bool:
     """Whether neither HPO_RAY_PATCHES nor the Ray's version turns the patch off: the look
     before Ray is imported (is_on then runs its check)."""
-    all_speed_off, named = switched_off()
-    patch = by_name(name)
-    return name not in named and not (patch.kind == "speed" and (
-        all_speed_off or ray_version() > NEWEST_RAY))
+    return not _switched_off_why(by_name(name))
 
 
 def is_on(name: str) -> bool:

@@ -196,7 +196,7 @@ def publish(args: argparse.Namespace, key: str, title: str, body: str) -> None:
     the date, the machine, and the body (the figures). The block holds no heading: `title`
     becomes the heading above the start marker when the section is new, and stays as the
     page has it after that, as does the reading below the end marker
-    (tests/test_benchmarks_doc.py)."""
+    (tests/project/test_benchmarks_doc.py)."""
     if not getattr(args, "markdown", None):
         return
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

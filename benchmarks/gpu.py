@@ -186,7 +186,7 @@ def step_ten_second_trial(args: argparse.Namespace, tmp: Path, epoch: float) -> 
 
 def step_warm_ranks(args: argparse.Namespace) -> Step:
     # the DDP row: s per more trial with new ranks, with warm ranks, and the ratio
-    # --cpu-check: DDP alone (tests/test_rank_reuse.py covers Horovod's warm ranks), 3 trials
+    # --cpu-check: DDP alone (tests/trial/test_rank_reuse.py covers Horovod's warm ranks), 3 trials
     smaller = ["--backends", "ddp", "--trials", "3"] if args.cpu_check else ["--trials", "4"]
     return _script_step("warm rank: one more DDP trial (new, warm s)", [
         "rank-reuse", *_device(args), *smaller, "--rounds", "1"], 240,

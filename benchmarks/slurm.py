@@ -35,7 +35,7 @@ node; inside it, a step runs what Ray does on a node: one CPU-bound process per 
 many as the job has CPUs. The same step is started as `srun -n1` (no `-c`) and as
 `srun -n1 -c <the job's CPUs>`, which is what hpo starts. Printed: each variant's affinity
 mask and seconds per step, and the ratio. hpo's own part (that every srun it starts asks for
-`-c`) is tested end to end in tests/test_slurm_site_jobs.py; this shows what it is worth.
+`-c`) is tested end to end in tests/cluster/test_slurm_site_jobs.py; this shows what it is worth.
 
     python -m benchmarks slurm --markdown docs/benchmarks.md
     python -m benchmarks slurm --mode forks --nodes 2 --markdown docs/benchmarks.md

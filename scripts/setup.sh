@@ -36,15 +36,15 @@ fi
 PYTHON=.venv/bin/python bash scripts/install-horovod.sh
 
 # System packages the test suite starts (one per line below; the tests say why they need them).
-# slurmctld, slurmd, slurm-client, munge: tests/test_slurm_cluster.py starts a real multi-node
+# slurmctld, slurmd, slurm-client, munge: tests/cluster/test_slurm_cluster.py starts a real multi-node
 # Slurm (testing/slurm_cluster.py).
 test_system_packages=(
-  chromium  # tests/test_report.py renders the HTML report headless: no JS errors, plots drawn
+  chromium  # tests/reporting/test_report.py renders the HTML report headless: no JS errors, plots drawn
   slurmctld
   slurmd
   slurm-client
   munge
-  lmod  # a real `module` in the test cluster's jobs (site modules; tests/test_slurm_testcluster.py)
+  lmod  # a real `module` in the test cluster's jobs (site modules; tests/cluster/test_slurm_testcluster.py)
 )
 if [ -n "$extras" ] && [ ${#test_system_packages[@]} -gt 0 ]; then
   missing=()

@@ -1,5 +1,5 @@
 """Ray's node drain, as read from Ray 2.60.0 (`ray drain-node`, a hidden CLI over the GCS's
-DrainNode call, reached through hpo.ray_adapters.gcs; tests/test_ray_private.py checks it
+DrainNode call, reached through hpo.ray_adapters.gcs; tests/driver/test_ray_private.py checks it
 against the installed Ray).
 
 A preemption drain whose deadline has passed makes the GCS record the node's end as

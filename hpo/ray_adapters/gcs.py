@@ -1,7 +1,7 @@
 """Every reach of the cluster side into Ray's private parts (ray._raylet), in one place, as read
 from Ray 2.60.0.
 
-Ray names none of these public; tests/test_ray_private.py checks each against the installed
+Ray names none of these public; tests/driver/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
   - ray._raylet.GcsClient(address=...): a client of a cluster's GCS (it blocks for 30 s on a
     GCS that is not listening yet); it hands its calls to InnerGcsClient:

@@ -10,8 +10,8 @@ own Ray worker before the node goes ("The process receives a SIGTERM": Slurm sig
 process of a step, Ray's included). While a run fits, either death counts as a preemption, up
 to FORGIVEN times per trial (a trial that brings its node down again and again is failing).
 Read from Ray 2.60.0's handling of a trial actor's death (Tune's hook for it is swapped in
-hpo.ray_adapters.tune_guards, which tests/test_ray_private.py checks) and worker.py's SIGTERM
-handler (tests/test_join.py checks its text is still there).
+hpo.ray_adapters.tune_guards, which tests/driver/test_ray_private.py checks) and worker.py's SIGTERM
+handler (tests/cluster/test_join.py checks its text is still there).
 """
 
 from __future__ import annotations

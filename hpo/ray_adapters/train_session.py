@@ -1,6 +1,6 @@
 """Every reach of the trial side into Ray's private parts, in one place, as read from Ray 2.60.0.
 
-Ray names none of these public; tests/test_ray_private.py checks each against the installed
+Ray names none of these public; tests/driver/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
   - ray.train._internal.session.get_session(): the _TrainSession of the trial running in this
     process (None outside Tune), with

@@ -2,7 +2,7 @@
 a run's speed: every reach into Ray's private parts for it, in one place, as read
 from Ray 2.60.0.
 
-Ray names none of these public; tests/test_ray_private.py checks each against the installed
+Ray names none of these public; tests/driver/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
   - TuneController._maybe_reuse_cached_actor(self, trial), which gives an actor kept for reuse
     to a trial (stopping the trial's own, started or not), wrapped for a block

@@ -2,7 +2,7 @@
 PBT: every reach into Ray's private parts for them, in one place, as read from Ray 2.60.0
 (how trial actors start and are reused: hpo.ray_adapters.tune_actors).
 
-Ray names none of these public; tests/test_ray_private.py checks each against the installed
+Ray names none of these public; tests/driver/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
   - ray.air._internal.usage.tag_callbacks(callbacks), which Tune's run calls to count the
     callbacks for Ray's usage telemetry, replaced for a block (no_callback_census);

@@ -3,7 +3,7 @@ read from Ray 2.60.0 (RASDA's reaches into Tune are in hpo.ray_adapters.tune_ras
 changes to Tune's fit for a run's speed in hpo.ray_adapters.tune_fit, those to the embedded
 Ray's start in hpo.ray_adapters.fast_start.lean_head).
 
-Ray names none of these public; tests/test_ray_private.py checks each against the installed
+Ray names none of these public; tests/driver/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
   - ray.tune.experiment.trial.Trial._handle_ray_actor_error(self, exc): what Tune does when a
     trial's actor dies (a RayActorError: counted against max_failures unless preempted),

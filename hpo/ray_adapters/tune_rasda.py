@@ -1,6 +1,6 @@
 """Every reach of RASDA into Ray Tune's private parts, in one place, as read from Ray 2.60.0.
 
-Ray names none of these public; tests/test_rasda.py (`test_ray_still_has_what_rasda_reads`)
+Ray names none of these public; tests/driver/test_rasda.py (`test_ray_still_has_what_rasda_reads`)
 checks each against the installed Ray and fails loudly when one is gone or changed:
   - AsyncHyperBandScheduler._trial_info (trial id -> _Bracket) and _Bracket._rungs
     ([(milestone, {trial id: value})]): the rungs a trial passed;

@@ -1,7 +1,7 @@
 """How to build Horovod 0.28.1 against the torch installed: decided from the toolchain found.
 
 decide() is pure (no I/O), so every toolchain users have is unit-tested without it
-(tests/test_install_horovod.py); probe.py fills a Toolchain from this machine and install.py
+(tests/install/test_install_horovod.py); probe.py fills a Toolchain from this machine and install.py
 carries the plan out. cuda.py holds the CUDA part of the decision.
 """
 

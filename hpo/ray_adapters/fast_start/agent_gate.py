@@ -9,9 +9,9 @@ process, which the raylet watches), at the raylet's own priority. The raylet's a
 (src/ray/raylet/runtime_env_agent_client.cc) retries a refused connection (NotFound) and a
 reset one (Disconnected) every agent_manager_retry_interval_ms (1 s) until the agent answers,
 for agent_register_timeout_ms (30 s) from the first ask: so the first runtime env asked waits
-1-2 s more than with an agent started ahead (tests/test_runtime_env_private.py asks one of the
-installed Ray). Where it cannot listen, it becomes the agent at once; it ends where the raylet
-has ended.
+1-2 s more than with an agent started ahead (tests/driver/test_runtime_env_private.py asks
+one of the installed Ray). Where it cannot listen, it becomes the agent at once; it ends
+where the raylet has ended.
 
 An agent started at once at nice 19 starves behind any busy process on the node, and the
 raylet gives up on an agent that has not answered 30 s after it was first asked, and exits,

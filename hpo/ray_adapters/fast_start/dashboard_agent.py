@@ -8,7 +8,7 @@ has
 Ray find out at once that the agent is minimal, writes its port files ahead, and starts it at
 the lowest CPU priority: nothing waits for it then, even where it starts late on a busy node.
 
-Ray names none of these public; tests/test_ray_private.py checks each against the installed
+Ray names none of these public; tests/driver/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
   - ray._private.utils.get_dashboard_dependency_error(), which services.start_raylet calls
     to choose the dashboard agent's --minimal flag by importing ray.dashboard.optional_deps

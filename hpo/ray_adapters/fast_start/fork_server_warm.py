@@ -10,7 +10,7 @@ went from 48 to 39 ms (medians of six interleaved pairs, docs/benchmarks.md).
     get_accelerator_ids matches each of its resources with
     f"^{name}_group_[0-9A-Za-z]+$" for every name in
     ray._private.accelerators.get_all_accelerator_resource_names(), through `re.match`,
-    whose cache a fork inherits. tests/test_ray_private.py checks that shape (missing()).
+    whose cache a fork inherits. tests/driver/test_ray_private.py checks that shape (missing()).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What hpo changes in the embedded Ray's start (`ray.init` starting a node) for its speed:
 every reach into Ray's private parts for it, in one place, as read from Ray 2.60.0.
 
-Ray names none of these public; tests/test_ray_private.py checks each against the installed
+Ray names none of these public; tests/driver/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
   - ray._private.parameter.RayParams: the parameters `ray.init` builds to start a node; its
     __init__ is wrapped for a block so that each one built in it has no_monitor=True and

@@ -10,7 +10,7 @@ raylet's environment, which hpo gives those same values: the trial actors then c
 env, nothing asks the agent, and the raylet is told the agent's port ahead. The agent itself
 starts only once something asks for a runtime env (hpo.ray_adapters.fast_start.agent_gate).
 
-Ray names none of these public; tests/test_ray_private.py checks each against the installed
+Ray names none of these public; tests/driver/test_ray_private.py checks each against the installed
 Ray and fails loudly when one is gone or changed:
   - ray.tune.execution.class_cache._ActorClassCache.get(self, trainable_cls), which wraps a
     trainable with ray.remote(runtime_env={"env_vars": env_vars}) (env_vars: DEFAULT_ENV_VARS

@@ -8,8 +8,8 @@ must be free again, or the rank is not handed on. (The trainable's own module gl
 fresh too: hpo ships a trainable from a file by value, a new copy with each trial.) What torch
 keeps allocated by design (cuBLAS workspaces, cached blocks) is freed before that check; the
 gradient buckets of a trial's DDP models, which torch 2.11 keeps after the model is gone
-(tests/gpu_rank_memory.py), are allowed for (hpo.trial.dist.ddp_bucket_bytes): they are replaced,
-not added to, by the next trial's.
+(tests/support/gpu_rank_memory.py), are allowed for (hpo.trial.dist.ddp_bucket_bytes): they
+are replaced, not added to, by the next trial's.
 """
 
 from __future__ import annotations

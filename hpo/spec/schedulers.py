@@ -1,4 +1,5 @@
-"""Scheduler adapters: one small model per YAML `scheduler.type`, each builds Ray's object.
+"""The scheduler section: one small model per YAML `scheduler.type`, validated here and built
+into Ray's scheduler by the driver (hpo.driver.schedulers.from_spec).
 
 Options keep Ray's names; defaults use `training_iteration` as the time axis everywhere so
 that `max_t`, `grace_period` and `perturbation_interval` all count epochs (reports).
@@ -7,7 +8,7 @@ that `max_t`, `grace_period` and `perturbation_interval` all count epochs (repor
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
@@ -18,9 +19,6 @@ TimeAttr = Literal["training_iteration", "time_total_s"]
 
 
 class _Scheduler(Strict):
-    def build(self) -> Any:  # pragma: no cover - every subclass but rasda overrides
-        raise NotImplementedError
-
     def decision_points(self) -> list[int] | None:
         """The training iterations at which this scheduler may stop a trial, where its every
         decision is STOP or CONTINUE; None where it may pause one, or decides on other rows
@@ -44,11 +42,6 @@ class Fifo(_Scheduler):
 
     type: Literal["fifo"]
 
-    def build(self) -> Any:
-        from hpo.spec.fifo_choice import FifoScheduler
-
-        return FifoScheduler()
-
     def decision_points(self) -> list[int] | None:
         """FIFO decides nothing by itself (see _Scheduler.decision_points)."""
         return []
@@ -69,11 +62,6 @@ class Asha(_Scheduler):
     def _grace_within_max_t(self) -> Asha:
         _check_grace(self.grace_period, self.max_t)
         return self
-
-    def build(self) -> Any:
-        from hpo.spec.seedable import SeedableASHA
-
-        return SeedableASHA(**self.model_dump(exclude={"type"}))
 
     def decision_points(self) -> list[int] | None:
         """Every bracket's rungs (as Ray's _Bracket places them) and max_t, as iterations."""
@@ -108,7 +96,6 @@ class Rasda(_Scheduler):
         """The rungs' iterations, as Ray's ASHA places them (one bracket: its _Bracket)."""
         count = _rung_count(self.max_t / self.grace_period, self.reduction_factor, 0)
         return [self.grace_period * self.reduction_factor ** k for k in range(count)]
-    # No build(): the scheduler needs the ranks and the walltime (hpo.driver.run.translate).
 
 
 class HyperBand(_Scheduler):
@@ -120,11 +107,6 @@ class HyperBand(_Scheduler):
     reduction_factor: Annotated[float, Field(gt=1)] = 3
     stop_last_trials: bool = True
 
-    def build(self) -> Any:
-        from ray.tune.schedulers import HyperBandScheduler
-
-        return HyperBandScheduler(**self.model_dump(exclude={"type"}))
-
 
 class Median(_Scheduler):
     """Median stopping rule: stop trials worse than the median of the others so far."""
@@ -135,11 +117,6 @@ class Median(_Scheduler):
     min_samples_required: PositiveInt = 3
     min_time_slice: Annotated[float, Field(ge=0)] = 0
     hard_stop: bool = True
-
-    def build(self) -> Any:
-        from hpo.spec.fifo_choice import MedianStopping
-
-        return MedianStopping(**self.model_dump(exclude={"type"}))
 
 
 def _check_mutations(mutations: dict[str, Distribution]) -> None:
@@ -170,18 +147,6 @@ class Pbt(_Scheduler):
         _check_mutations(self.hyperparam_mutations)
         return self
 
-    def build(self) -> Any:
-        from hpo.spec.seedable import SeedablePBT
-
-        options = self.model_dump(exclude={"type", "hyperparam_mutations"})
-        mutations = {k: _mutation(d) for k, d in self.hyperparam_mutations.items()}
-        return SeedablePBT(hyperparam_mutations=mutations, **options)
-
-
-def _mutation(dist: Distribution) -> Any:
-    # PBT perturbs a list by moving to a neighbouring value: keep choices ordered as written.
-    return list(dist.args) if dist.kind == "choice" else dist.to_tune()
-
 
 class Pb2(_Scheduler):
     """PB2: PBT whose explore step is a GP bandit over continuous bounds."""
@@ -202,13 +167,6 @@ class Pb2(_Scheduler):
                                    f"PB2 needs continuous bounds, got {dist.kind}",
                                    "use {uniform: [low, high]} or {loguniform: [low, high]}")
         return self
-
-    def build(self) -> Any:
-        from hpo.spec.seedable_bandits import SeedablePB2
-
-        options = self.model_dump(exclude={"type", "hyperparam_mutations"})
-        bounds = {k: list(d.bounds or ()) for k, d in self.hyperparam_mutations.items()}
-        return SeedablePB2(hyperparam_bounds=bounds, **options)
 
 
 Scheduler = Annotated[Fifo | Asha | Rasda | HyperBand | Median | Pbt | Pb2,

@@ -15,7 +15,7 @@ TPE_KEYS = ("n_startup_trials", "multivariate", "constant_liar")
 
 
 class _Searcher(Strict):
-    # Also seeds the schedulers' own draws (hpo.spec.seedable).
+    # Also seeds the schedulers' own draws (hpo.driver.schedulers.seedable).
     seed: int | None = None
     # Known-good configurations, run first; each counts as one of num_samples.
     points_to_evaluate: list[dict[str, Any]] = Field(default_factory=list)

@@ -1,6 +1,6 @@
-"""hpo's FIFO choice (hpo.spec.fifo_choice) picks what Ray's FIFOScheduler picks, on real Tune
-trials, while trials start, pause and end in any order; its count of ended trials is not
-pickled."""
+"""hpo's FIFO choice (hpo.driver.schedulers.fifo_choice) picks what Ray's FIFOScheduler picks,
+on real Tune trials, while trials start, pause and end in any order; its count of ended trials
+is not pickled."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import random
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
 
+from hpo.driver.schedulers.fifo_choice import FifoScheduler, MedianStopping, SkipsEnded
+from hpo.driver.schedulers.from_spec import build
+from hpo.driver.schedulers.seedable import SeedableASHA
 from hpo.spec import spec_from_dict
-from hpo.spec.fifo_choice import FifoScheduler, MedianStopping, SkipsEnded
-from hpo.spec.seedable import SeedableASHA
 
 
 class _Controller:
@@ -57,7 +58,7 @@ def test_fifo_asha_and_median_choose_so() -> None:
     base = {"name": "n", "trainable": "tests/support/study_trainables.py:steady", "metric": "score",
             "mode": "max",
             "search_space": {"x": {"uniform": [0.0, 1.0]}}}
-    built = [spec_from_dict({**base, "scheduler": {"type": kind}}).scheduler.build()
+    built = [build(spec_from_dict({**base, "scheduler": {"type": kind}}).scheduler)
              for kind in ("fifo", "asha", "median")]
     assert [type(s) for s in built] == [FifoScheduler, SeedableASHA, MedianStopping]
     assert all(isinstance(s, SkipsEnded) for s in built)

@@ -112,9 +112,9 @@ def test_a_resumed_hyperband_decides_as_the_uninterrupted_one(tmp_path: Path) ->
 def test_what_is_not_carried_is_said() -> None:
     from ray.tune.schedulers import FIFOScheduler, HyperBandScheduler, MedianStoppingRule
 
+    from hpo.driver.schedulers.fifo_choice import FifoScheduler
+    from hpo.driver.schedulers.seedable import SeedableASHA, SeedablePBT
     from hpo.ray_adapters.schedulers.state import not_carried
-    from hpo.spec.fifo_choice import FifoScheduler
-    from hpo.spec.seedable import SeedableASHA, SeedablePBT
 
     class Own(FIFOScheduler):  # a user's own: its state is its own
         def on_trial_result(self, *args: Any, **kwargs: Any) -> str:
@@ -199,8 +199,8 @@ def test_a_resumed_median_rule_keeps_each_trials_results() -> None:
 
     from ray.tune.experiment import Trial
 
+    from hpo.driver.schedulers.fifo_choice import MedianStopping
     from hpo.ray_adapters.schedulers.state import SchedulerState
-    from hpo.spec.fifo_choice import MedianStopping
 
     def study() -> tuple[Any, list[Any], Any]:
         rule, trials = MedianStopping(metric="loss", mode="min"), []

@@ -24,6 +24,8 @@ from ray.tune.search.optuna import OptunaSearch
 from hpo.driver.plugins.rasda import RasdaScheduler
 from hpo.driver.run import translate
 from hpo.driver.run.translate import param_space
+from hpo.driver.schedulers.from_spec import build
+from hpo.driver.schedulers.saved_names import OLD_NAMES, keep_old_names
 from hpo.spec.distributions import KINDS, Distribution
 from hpo.spec.load import spec_from_dict
 from hpo.spec.schedulers import SCHEDULER_TYPES
@@ -55,26 +57,26 @@ def test_scheduler_builds_rays_class(kind: str) -> None:
     ranks = {"distributed": {"backend": "ddp", "workers": 1, "max_workers": 4}}
     built = translate.scheduler(_spec(scheduler={"type": kind, **options},
                                       **(ranks if kind == "rasda" else {})))
-    # Ray's class itself, or hpo.spec.seedable's subclass of exactly it
+    # Ray's class itself, or hpo.driver.schedulers' subclass of exactly it
     assert cls in (type(built), type(built).__bases__[-1])
 
 
 def test_asha_options_reach_ray() -> None:
-    asha = _spec(scheduler={"type": "asha", "max_t": 9, "grace_period": 2,
-                            "reduction_factor": 3}).scheduler.build()
+    asha = build(_spec(scheduler={"type": "asha", "max_t": 9, "grace_period": 2,
+                                  "reduction_factor": 3}).scheduler)
     assert (asha._max_t, asha._reduction_factor) == (9, 3)
     assert [milestone for milestone, _ in asha._brackets[0]._rungs] == [6, 2]
 
 
 def test_pb2_gets_bounds_from_mutations() -> None:
-    pb2 = _spec(scheduler={"type": "pb2", "hyperparam_mutations": {
-        "lr": {"loguniform": [1e-4, 1e-1]}}}).scheduler.build()
+    pb2 = build(_spec(scheduler={"type": "pb2", "hyperparam_mutations": {
+        "lr": {"loguniform": [1e-4, 1e-1]}}}).scheduler)
     assert pb2._hyperparam_bounds == {"lr": [1e-4, 1e-1]}
 
 
 def test_pbt_choice_mutation_stays_an_ordered_list() -> None:
-    pbt = _spec(scheduler={"type": "pbt", "hyperparam_mutations": {
-        "batch": {"choice": [32, 64, 128]}}}).scheduler.build()
+    pbt = build(_spec(scheduler={"type": "pbt", "hyperparam_mutations": {
+        "batch": {"choice": [32, 64, 128]}}}).scheduler)
     assert pbt._hyperparam_mutations == {"batch": [32, 64, 128]}
 
 
@@ -86,8 +88,8 @@ class _Trial(Trial):
 
 
 def test_asha_decisions_from_fed_results() -> None:
-    asha = _spec(scheduler={"type": "asha", "max_t": 9, "grace_period": 1,
-                            "reduction_factor": 3}).scheduler.build()
+    asha = build(_spec(scheduler={"type": "asha", "max_t": 9, "grace_period": 1,
+                                  "reduction_factor": 3}).scheduler)
     asha.set_search_properties("acc", "max")
     trials = [_Trial(f"t{i}") for i in range(4)]
     for trial in trials:
@@ -109,8 +111,8 @@ class _NoLiveTrials:
 
 
 def test_median_rule_stops_a_laggard() -> None:
-    median = _spec(scheduler={"type": "median", "grace_period": 1,
-                              "min_samples_required": 2}).scheduler.build()
+    median = build(_spec(scheduler={"type": "median", "grace_period": 1,
+                                    "min_samples_required": 2}).scheduler)
     median.set_search_properties("acc", "max")
     controller = _NoLiveTrials()
     good = [_Trial(f"g{i}") for i in range(2)]
@@ -166,7 +168,7 @@ def _asha_brackets(scheduler: Any, trials: int, between: Any = None) -> list[int
 def _seeded_asha(seed: int | None) -> Any:
     from hpo.spec.schedulers import Asha
 
-    scheduler = Asha(type="asha", max_t=9, brackets=3).build()
+    scheduler = build(Asha(type="asha", max_t=9, brackets=3))
     scheduler.set_search_properties("score", "max")
     if seed is not None:
         scheduler.seed_draws(seed)
@@ -211,7 +213,7 @@ def test_a_seeded_schedulers_streams_pickle_with_it() -> None:
     scheduler = _seeded_asha(3)
     _asha_brackets(scheduler, 5)
     copy = pickle.loads(pickle.dumps(scheduler))
-    assert type(copy).__module__ == "hpo.spec.seedable"
+    assert type(copy).__module__ == "hpo.driver.schedulers.seedable"
     assert _asha_brackets(copy, 20) == _asha_brackets(scheduler, 20)
 
 
@@ -271,14 +273,22 @@ def test_tune_is_importable_without_a_cluster() -> None:
     assert callable(tune.Tuner)
 
 
-def test_a_pb2_saved_before_it_moved_still_loads() -> None:
-    """hpo.spec.seedable_bandits holds SeedablePB2 since it moved out of hpo.spec.seedable (so
-    that only PB2 runs import scikit-learn): an experiment state pickled before names the
-    old module."""
+@pytest.mark.parametrize(("old", "name"), [(old, name) for old, classes in OLD_NAMES.items()
+                                           for name in classes])
+def test_a_scheduler_saved_under_an_old_module_name_still_loads(old: str, name: str) -> None:
+    """An experiment an earlier hpo saved names its scheduler's class by the module it lived in
+    then (Tune's tuner.pkl): `hpo resume` still reads it."""
+    import importlib
     import pickle
+    import sys
 
-    from hpo.spec.seedable_bandits import SeedablePB2
-
-    old = pickle.dumps(SeedablePB2, protocol=0).replace(b"hpo.spec.seedable_bandits",
-                                                        b"hpo.spec.seedable")
-    assert b"hpo.spec.seedable\n" in old and pickle.loads(old) is SeedablePB2
+    now = OLD_NAMES[old][name]
+    cls = getattr(importlib.import_module(now), name)
+    saved = pickle.dumps(cls, protocol=0).replace(f"{now}\n".encode(), f"{old}\n".encode())
+    assert f"{old}\n{name}\n".encode() in saved
+    try:
+        keep_old_names()
+        assert pickle.loads(saved) is cls
+    finally:
+        for module in OLD_NAMES:
+            sys.modules.pop(module, None)

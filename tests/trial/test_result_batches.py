@@ -18,6 +18,7 @@ from ray.tune.execution.tune_controller import TuneController
 
 import hpo
 from hpo.driver.run.translate import result_batch_ends
+from hpo.driver.schedulers.from_spec import build
 from hpo.spec.model import Spec
 from hpo.spec.schedulers import Asha
 from hpo.trial.batched import BATCH_S, BatchedResults, ends_batch
@@ -109,7 +110,7 @@ def _iterations(exp_dir: Path) -> list[list[int]]:
 ])
 def test_ashas_decision_points_are_rays_rungs_and_max_t(asha: dict[str, Any]) -> None:
     spec = Asha(type="asha", **asha)
-    built = spec.build()
+    built = build(spec)
     rungs = {math.ceil(milestone) for bracket in built._brackets
              for milestone, _ in bracket._rungs}
     assert spec.decision_points() == sorted(rungs | {asha["max_t"]})

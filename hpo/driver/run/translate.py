@@ -1,6 +1,7 @@
 """Spec -> Ray Tune, in one place: the trainable with its resources, the param space, the
-Tuner with its scheduler, searcher, callbacks and storage. Each scheduler, searcher and
-distribution turns itself into Ray's object (`build()`, `to_tune()`); this module composes them."""
+Tuner with its scheduler, searcher, callbacks and storage. Each searcher and distribution turns
+itself into Ray's object (`build()`, `to_tune()`), the scheduler is built by
+hpo.driver.schedulers.from_spec; this module composes them."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from typing import Any
 from hpo.driver.guards import walltime
 from hpo.driver.run import preflight
 from hpo.driver.run.trainable import resets_config, resolve
+from hpo.driver.schedulers.from_spec import scheduler
 from hpo.spec.distributions import Distribution
 from hpo.spec.model import Spec, is_class_trainable
-from hpo.spec.schedulers import Rasda
 from hpo.spec.searchers import Grid, Optuna
 from hpo.trial.batched import MAX_ROWS, batching
 from hpo.trial.one_process import call_with_objects, class_with_objects, with_session
@@ -38,7 +39,7 @@ def import_ahead() -> None:
     schedulers), while `ray.init` waits for Ray's processes."""
     import hpo.driver.plugins.tb_events  # noqa: F401
     import hpo.driver.plugins.trial_logs  # noqa: F401
-    import hpo.spec.seedable  # noqa: F401
+    import hpo.driver.schedulers.seedable  # noqa: F401
 
 
 def trainable(spec: Spec, func: Any, holder: str | None = None) -> Any:
@@ -139,21 +140,6 @@ def best_checkpoint_callbacks(spec: Spec) -> list[Any]:
 
     metric, mode = spec.objectives[0]
     return [BestCheckpoint(metric, mode)]
-
-
-def scheduler(spec: Spec, guard: Any = None) -> Any:
-    """Ray's trial scheduler; rasda's also needs the ranks it grows and, inside Slurm, the
-    allocation's clock (`guard`: hpo.driver.guards.walltime)."""
-    if not isinstance(spec.scheduler, Rasda):
-        built = spec.scheduler.build()
-        seed_draws = getattr(built, "seed_draws", None)  # ASHA, PBT, PB2: hpo.spec.seedable
-        if seed_draws is not None and spec.search.seed is not None:
-            seed_draws(spec.search.seed)
-        return built
-    from hpo.driver.plugins.rasda import RasdaScheduler
-
-    assert spec.distributed is not None  # the spec refuses rasda without it
-    return RasdaScheduler(spec.scheduler, spec.distributed, guard)
 
 
 def searcher(spec: Spec, evaluated: list[tuple[dict[str, Any], list[float]]] | None = None

@@ -20,7 +20,7 @@ from typing import Any
 from ray.tune.experiment import Trial
 
 FUTURE = "<a checkpoint save in flight at the stop>"
-# hpo's own: the random streams of a seeded scheduler (hpo.spec.seeded_draws)
+# hpo's own: the random streams of a seeded scheduler (hpo.driver.schedulers.seeded_draws)
 STREAMS = ("_own_streams",)
 
 

@@ -22,7 +22,8 @@ TRIAL_STATE = ("orig_tag", "last_score", "last_checkpoint", "last_perturbation_t
 
 
 def _is_pb2(scheduler: Any) -> bool:
-    # by name: importing Ray's PB2 imports scikit-learn and SciPy (hpo.spec.seedable_bandits)
+    # by name: importing Ray's PB2 imports scikit-learn and SciPy
+    # (hpo.driver.schedulers.seedable_bandits)
     return any(c.__name__ == "PB2" and c.__module__ == "ray.tune.schedulers.pb2"
                for c in type(scheduler).__mro__)
 

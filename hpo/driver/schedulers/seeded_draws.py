@@ -1,6 +1,6 @@
-"""The mixin that gives a Ray scheduler random streams of its own (hpo.spec.seedable says why):
-apart from the schedulers, so that PB2 (hpo.spec.seedable_bandits) and the others need not
-import each other."""
+"""The mixin that gives a Ray scheduler random streams of its own (seedable says why): apart
+from the schedulers, so that PB2 (seedable_bandits) and the others need not import each
+other."""
 
 from __future__ import annotations
 

@@ -25,7 +25,6 @@ from hpo.driver.plugins.rasda import RasdaScheduler
 from hpo.driver.run import translate
 from hpo.driver.run.translate import param_space
 from hpo.driver.schedulers.from_spec import build
-from hpo.driver.schedulers.saved_names import OLD_NAMES, keep_old_names
 from hpo.spec.distributions import KINDS, Distribution
 from hpo.spec.load import spec_from_dict
 from hpo.spec.schedulers import SCHEDULER_TYPES
@@ -271,24 +270,3 @@ def test_yaml_numbers_as_people_write_them() -> None:
 
 def test_tune_is_importable_without_a_cluster() -> None:
     assert callable(tune.Tuner)
-
-
-@pytest.mark.parametrize(("old", "name"), [(old, name) for old, classes in OLD_NAMES.items()
-                                           for name in classes])
-def test_a_scheduler_saved_under_an_old_module_name_still_loads(old: str, name: str) -> None:
-    """An experiment an earlier hpo saved names its scheduler's class by the module it lived in
-    then (Tune's tuner.pkl): `hpo resume` still reads it."""
-    import importlib
-    import pickle
-    import sys
-
-    now = OLD_NAMES[old][name]
-    cls = getattr(importlib.import_module(now), name)
-    saved = pickle.dumps(cls, protocol=0).replace(f"{now}\n".encode(), f"{old}\n".encode())
-    assert f"{old}\n{name}\n".encode() in saved
-    try:
-        keep_old_names()
-        assert pickle.loads(saved) is cls
-    finally:
-        for module in OLD_NAMES:
-            sys.modules.pop(module, None)

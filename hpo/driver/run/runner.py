@@ -31,7 +31,6 @@ from hpo.driver.run.fit_errors import said_in_one_line
 from hpo.driver.run.fresh import already_here, start_again
 from hpo.driver.run.outcome import LOG_FILE, RunResult, outcome
 from hpo.driver.run.trainable import python_name
-from hpo.driver.schedulers.saved_names import keep_old_names
 from hpo.errors import ConfigError, ExperimentError, LeaseError
 from hpo.ray_adapters import gate, tune_fit
 from hpo.ray_adapters.fast_start import runtime_env
@@ -216,7 +215,6 @@ def resume(experiment_dir: str | Path, *, trainable: Any = None,
         check_resumable(exp_dir)  # under the lease; Tune would start a damaged one afresh
         from ray import tune  # loaded by the import thread meanwhile
 
-        keep_old_names()  # a scheduler pickled under the module names of an earlier hpo
         tuner = tune.Tuner.restore(str(exp_dir), trainable=tune_trainable,
                                    resume_unfinished=True, resume_errored=True)
         tune_takes_over()

@@ -2,10 +2,11 @@
 
 A test that asks for the test Slurm cluster (the `slurm` fixture) is marked `slurm`, `slow`
 and `ray`: its jobs start Ray on the cluster's nodes. A test is marked `ray` when its own
-code, its fixtures or the helpers of its module that it calls start a Ray: `hpo.run`, `hpo.resume`, an embedded or connected Ray, `ray.init`, or the
-CLI's `run`/`resume`/`local up`. A test that starts one unmarked anyway (in this process, or
-the CLI's run in a subprocess) fails and says to mark it: the unit tier
-(`-m "not ray and not slow"`) then never starts a Ray.
+code, its fixtures or the helpers of its module that it calls start a Ray: `hpo.run`,
+`hpo.resume`, an embedded or connected Ray, `ray.init`, or the CLI's `run`/`resume`/`local
+up`. A test that starts one unmarked anyway (in this process, or the CLI's run in a
+subprocess) fails and says to mark it: the unit tier (`-m "not ray and not slow"`) then never
+starts a Ray.
 """
 
 from __future__ import annotations

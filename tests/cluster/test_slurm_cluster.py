@@ -121,7 +121,8 @@ def test_two_rank_horovod_trial_across_two_nodes_trains_correctly(
     _finished(slurm, job_id)
     hosts = {name.split("-", 1)[1] for name in os.listdir(markers)}
     assert sorted(os.listdir(markers))[0].startswith("rank0") and len(hosts) == 2, hosts
-    # the same parameters as one process taking the whole global batch (tests/test_distributed)
+    # the same parameters as one process taking the whole global batch
+    # (tests/trial/test_distributed.py)
     np.testing.assert_allclose(np.load(out_file), dp_trainables.first_step_weights(32),
                                rtol=1e-5, atol=1e-6)
 

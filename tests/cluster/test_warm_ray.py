@@ -17,7 +17,7 @@ from calls import ROOT, cli_invoke, command_lines, hpo_cli, trial_rows
 from hpo.ray_adapters.fast_start import worker_stub
 
 SPEC = """name: w
-trainable: {root}/tests/study_trainables.py:steady
+trainable: {root}/tests/support/study_trainables.py:steady
 metric: score
 mode: max
 num_samples: 2

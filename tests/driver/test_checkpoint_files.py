@@ -91,6 +91,7 @@ def test_stopped_one_process_trials_leave_no_checkpoint_folders(tmp_path: Path,
     assert _left(own_tmp) == []
 
 
+@pytest.mark.slow  # about 10 s each: data-parallel trials of two rank processes
 @pytest.mark.parametrize("kind", ["dict", "dir"])
 def test_data_parallel_trials_leave_no_checkpoint_folders(tmp_path: Path, own_tmp: Path,
                                                          kind: str) -> None:

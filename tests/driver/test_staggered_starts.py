@@ -76,6 +76,7 @@ def ray_of_five(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
 
 
+@pytest.mark.slow  # 10-20 s each: five actors started one or two at a time
 @pytest.mark.parametrize("cap", [1, 2])
 def test_no_more_than_cap_actors_start_at_once(ray_of_five: None, tmp_path: Path,
                                                cap: int) -> None:

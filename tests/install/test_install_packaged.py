@@ -17,6 +17,8 @@ import pytest
 from calls import build_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
+# slow: the tests build hpo's wheel and install it into a fresh venv
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ from calls import build_wheel
 from golden_files import with_golden_venv
 
 ROOT = Path(__file__).resolve().parents[2]
+# slow: each test builds hpo's wheel and installs it into a bare folder
+pytestmark = pytest.mark.slow
 GOLDEN = ROOT / "tests" / "cluster" / "golden"
 SITES = ("juwels-booster", "jureca-dc", "lumi-g")
 

@@ -21,7 +21,7 @@ from hpo.errors import ConfigError, ExperimentError
 from hpo.results import BEST_CHECKPOINT, BEST_RECORD, SWAPPED_OUT, kept_best
 from hpo.spec.load import spec_from_dict
 
-TRAINABLE = f"{ROOT / 'tests' / 'best_trainables.py'}:peaks"
+TRAINABLE = f"{ROOT / 'tests' / 'support' / 'best_trainables.py'}:peaks"
 STEPS, PEAK = 8, 3
 
 

@@ -117,6 +117,7 @@ def big_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
     return report.html, time.perf_counter() - start
 
 
+@pytest.mark.slow  # the whole report of 2,000 trials takes about 10 s to build
 def test_thousands_of_trials_make_a_page_of_sane_size(big_report: tuple[Path, float]) -> None:
     page = big_report[0]
     text = page.read_text()

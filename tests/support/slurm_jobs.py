@@ -47,7 +47,7 @@ def _space(slurm: SlurmTestCluster, name: str, *, nodes: int, samples: int, step
     space = work / f"{name}.yaml"
     space.write_text(f"""\
 name: {name}
-trainable: tests/{trainable}
+trainable: tests/support/{trainable}
 metric: score
 mode: max
 num_samples: {samples}

@@ -12,6 +12,7 @@ starts a Ray.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import re
 import textwrap
@@ -53,6 +54,19 @@ def _called_helpers(source: str, module: ModuleType) -> list[Any]:
             and str(inspect.getsourcefile(obj) or "").startswith(TESTS)]
 
 
+@functools.cache
+def _looked_at(obj: Any) -> tuple[bool, tuple[Any, ...]]:
+    """Whether this function's own code starts a Ray, and the test helpers it calls (read once
+    per function: parametrized tests and shared fixtures would read it again and again)."""
+    source = _source(obj)
+    if STARTS_RAY.search(source):
+        return True, ()
+    module = inspect.getmodule(obj)
+    if module is None or module.__name__ == __name__:
+        return False, ()
+    return False, tuple(_called_helpers(source, module))
+
+
 def starts_ray(item: pytest.Function) -> bool:
     """Whether the test's code, its fixtures' or its module's helpers it calls start a Ray."""
     fixtures = [d.func for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs]
@@ -62,12 +76,10 @@ def starts_ray(item: pytest.Function) -> bool:
         if obj in seen:
             continue
         seen.add(obj)
-        source = _source(obj)
-        if STARTS_RAY.search(source):
+        starts, helpers = _looked_at(obj)
+        if starts:
             return True
-        module = inspect.getmodule(obj)
-        if module is not None and module.__name__ != __name__:
-            todo += _called_helpers(source, module)
+        todo += helpers
     return False
 
 

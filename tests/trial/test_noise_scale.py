@@ -98,6 +98,7 @@ def _rank(rank: int, port: int, out: dict) -> None:
         out["left"] = True
 
 
+@pytest.mark.slow  # two real DDP rank processes
 def test_two_ddp_ranks_measure_their_own_and_the_mean_gradient() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

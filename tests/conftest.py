@@ -7,11 +7,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from patch_switch import speed_patches_on
 from slurm_jobs import outputs, slurm
 from tier_markers import _ray_marker_kept, pytest_collection_modifyitems
 
-# the tiers' markers, and the test Slurm cluster's fixtures (one cluster for the whole run)
-__all__ = ["_ray_marker_kept", "outputs", "pytest_collection_modifyitems", "slurm"]
+# the tiers' markers, the test Slurm cluster's fixtures (one cluster for the whole run), and
+# the speed patches' switch for their own tests
+__all__ = ["_ray_marker_kept", "outputs", "pytest_collection_modifyitems", "slurm",
+           "speed_patches_on"]
 # A warm Ray a developer keeps up (`hpo local up`) is not the tests' to use: they get none
 # unless they start their own (tests/cluster/test_warm_ray.py).
 os.environ["HPO_LOCAL_RAY"] = str(Path(os.environ.get("TMPDIR", "/tmp")) /

@@ -11,8 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from calls import ROOT, trial_rows
+
+pytestmark = pytest.mark.usefixtures("speed_patches_on")  # tests a speed patch itself
 
 TRIALS = 6
 

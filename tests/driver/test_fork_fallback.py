@@ -16,7 +16,8 @@ import pytest
 
 from hpo.ray_adapters.fast_start import fork_server_child, fork_server_loop, raylet_env
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="forks need Linux's pidfds")
+pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="forks need Linux's pidfds"),
+              pytest.mark.usefixtures("speed_patches_on")]  # tests a speed patch itself
 
 
 def test_a_raylet_read_in_its_exec_is_read_again_until_its_environment_is_set(

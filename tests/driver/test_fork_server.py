@@ -24,7 +24,8 @@ from hpo.cluster.node import descendants
 from hpo.driver.backends.ray_session import embedded_ray
 from hpo.ray_adapters.fast_start import worker_stub
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="forks need Linux's pidfds")
+pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="forks need Linux's pidfds"),
+              pytest.mark.usefixtures("speed_patches_on")]  # tests a speed patch itself
 
 
 @ray.remote(num_cpus=1)

@@ -16,7 +16,8 @@ import ray
 
 from hpo.driver.backends.ray_session import embedded_ray
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="forks need Linux's pidfds")
+pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="forks need Linux's pidfds"),
+              pytest.mark.usefixtures("speed_patches_on")]  # tests a speed patch itself
 
 # In a fresh interpreter: prepare with SCRIPT, then rewrite SCRIPT, then run it as __main__;
 # the script writes what it saw to OUT.

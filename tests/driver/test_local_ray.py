@@ -10,12 +10,15 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
 import ray
 from calls import command_lines
 from ray._private import ray_constants
 from ray._private.parameter import RayParams
 
 from hpo.driver.backends.ray_session import embedded_ray
+
+pytestmark = pytest.mark.usefixtures("speed_patches_on")  # tests a speed patch itself
 
 HELPERS_NOT_STARTED = (ray_constants.PROCESS_TYPE_MONITOR,
                        ray_constants.PROCESS_TYPE_LOG_MONITOR,

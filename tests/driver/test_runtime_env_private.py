@@ -30,6 +30,8 @@ from hpo.ray_adapters.fast_start.runtime_env import (
     workers_environ,
 )
 
+pytestmark = pytest.mark.usefixtures("speed_patches_on")  # tests a speed patch itself
+
 
 class _Trainable:
     pass

@@ -13,14 +13,12 @@ imports included.
 
 forks: a job's trial workers forked by each node's fork server (hpo.driver.backends.node_start)
 against Ray's own fresh workers (HPO_RAY_PATCHES=-fork-workers), side by side. Each run submits a
-batch
-script that records its start, then runs a study with `hpo slurm run`: one trial per CPU of
+batch script that records its start, then runs a study with `hpo slurm run`: one trial per CPU of
 the allocation at once (nodes x 2), each `steps` steps of `sleep_s` (benchmarks/trials.py's
-hpo_trial, which appends its first and last step's clock to a spans file on the shared file
-system; with `torch`, the same in benchmarks/torch_trial.py, whose module imports torch).
-Figures, from the job's start: the cluster ready (the batch output's line), the first
-trial's first step, the last trial's first step (every worker up), and the job's end. The two
-sides take turns.
+hpo_trial, which appends its first and last step's clock to a spans file on the shared file system;
+with `torch`, the same in benchmarks/torch_trial.py, whose module imports torch). Figures, from the
+job's start: the cluster ready (the batch output's line), the first trial's first step, the last
+trial's first step (every worker up), and the job's end. The two sides take turns.
 
 join: elastic capacity (`hpo slurm join`): the same study run on one node alone, and joined
 by a second node's job once half of its trials have finished, both in one invocation; the

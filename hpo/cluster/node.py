@@ -99,10 +99,9 @@ def start_args(role: str, job_dir: Path, env: dict[str, str]) -> list[str]:
 
 def forked(args: list[str], private_dir: str, job_dir: Path) -> list[str]:
     """`ray start` (args) run by hpo.driver.backends.node_start, whose raylet's workers are forked
-    by a
-    fork server of this node (a fresh worker imports Ray and Tune: about 2 CPU-s, from the
-    site's shared file system), unless the job asks for Ray's dashboard (a forked start has
-    none: then every node starts its workers as Ray does)."""
+    by a fork server of this node (a fresh worker imports Ray and Tune: about 2 CPU-s, from the
+    site's shared file system), unless the job asks for Ray's dashboard (a forked start has none:
+    then every node starts its workers as Ray does)."""
     if json.loads((job_dir / CONFIG_FILE).read_text()).get("dashboard", False):
         return args
     ray, start, *options = args  # ray_start_args: the `ray` script, "start", its options

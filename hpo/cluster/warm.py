@@ -106,8 +106,7 @@ def up(cpus: int | None, gpus: int | None) -> RayCluster:
 
 def _raylet_pid(said: str) -> int:
     """The raylet's pid, from hpo.driver.backends.warm_head's last line (0: not said, the workers
-    are
-    not forked)."""
+    are not forked)."""
     lines = said.strip().splitlines()
     last = lines[-1] if lines else ""
     tail = last[len(PID_LINE):] if last.startswith(PID_LINE) else ""

@@ -1,7 +1,6 @@
 """How the adapters read and change Ray: a class or function's source text, whether Ray's
 code sets an attribute, a method's parameters, a config key's name in Ray's library, and a
-change for the length of a block. Every adapter's check (`missing()`) and patch is built from
-these.
+change for the length of a block. Every adapter's check (`missing()`) and patch is built from these.
 
 Ray's files as the adapters' checks read them: its source text (each file read once a
 process, each class's or function's block cut out of its lines by their indentation) and the

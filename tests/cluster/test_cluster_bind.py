@@ -83,7 +83,7 @@ def _wait_trials_running(exp_dir: Path, timeout: float = 180) -> None:
 
 
 def test_every_listener_of_a_slurm_job_refuses_a_client_without_the_token(
-        slurm: SlurmTestCluster, outputs: list[str]) -> None:  # noqa: F811
+        slurm: SlurmTestCluster, outputs: list[str]) -> None:
     space = _space(slurm, "bind", nodes=2, samples=2, steps=60, sleep=0.5,
                    slurm_extra='  sbatch: ["--nodelist=node[1-2]"]\n')
     job_id = _submit(slurm, space)

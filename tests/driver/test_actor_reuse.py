@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from calls import ROOT, trial_rows
+from calls import ROOT, SUPPORT, trial_rows
 
 pytestmark = pytest.mark.usefixtures("speed_patches_on")  # tests a speed patch itself
 
@@ -28,7 +28,7 @@ def test_every_worker_started_for_a_trial_runs_one(tmp_path: Path) -> None:
             "resources": {"cpus_per_trial": 1}, "search_space": {"x": {"uniform": [0, 1]}}}
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(spec))
     env = {**os.environ, "HPO_TEST_WORKERS_SEEN": str(seen),
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "support"), str(ROOT)])}
+           "PYTHONPATH": os.pathsep.join([str(SUPPORT), str(ROOT)])}
     done = subprocess.run([sys.executable, "-m", "hpo", "run", str(tmp_path / "space.yaml"),
                            "--storage", str(tmp_path), "--cpus", "2"], env=env,
                           capture_output=True, text=True, timeout=300)

@@ -17,6 +17,7 @@ import pytest
 import test_api
 import test_rasda
 from calls import trial_rows
+from patch_switch import forget_ray_and_decisions, gate_under
 
 import hpo
 from hpo.ray_adapters import checked, gate
@@ -28,7 +29,7 @@ pytestmark = [pytest.mark.plain_ray, pytest.mark.ray]  # each test runs another 
 
 
 @pytest.fixture
-def fresh_results(slurm: SlurmTestCluster) -> Iterator[None]:  # noqa: F811
+def fresh_results(slurm: SlurmTestCluster) -> Iterator[None]:
     """The Slurm studies rerun here are named as in their own modules, on the same test
     cluster: their folders go before and after, so neither run resumes the other's."""
     folders = [slurm.root / "work" / "results" / name for name in ("walltime", "joined")]
@@ -39,21 +40,11 @@ def fresh_results(slurm: SlurmTestCluster) -> Iterator[None]:  # noqa: F811
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _forget() -> None:
-    """No Ray kept and no decision cached from before: the next run starts and decides anew."""
-    hpo.shutdown()
-    gate.clear()
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _plain_ray() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as patch:
-        _forget()
-        patch.setenv(gate.SWITCH, "off")
-        patch.setenv(checked.CACHE_SWITCH, "off")  # a test here removes what a check reads
+    # the checks' disk cache off too: a test here removes what a check reads
+    with gate_under({gate.SWITCH: "off", checked.CACHE_SWITCH: "off"}):
         yield
-        _forget()
-    gate.clear()  # decided again under the setting restored
 
 
 @pytest.fixture(autouse=True)
@@ -91,15 +82,15 @@ def test_a_rasda_growth(tmp_path: Path) -> None:
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_a_two_node_slurm_job_stops_and_resumes(slurm: SlurmTestCluster,  # noqa: F811
-                                                outputs: list[str],  # noqa: F811
+def test_a_two_node_slurm_job_stops_and_resumes(slurm: SlurmTestCluster,
+                                                outputs: list[str],
                                                 fresh_results: None) -> None:
     test_slurm_cluster.test_usr1_stops_requeues_and_resumes(slurm, outputs)
 
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_a_join(slurm: SlurmTestCluster, outputs: list[str],  # noqa: F811
+def test_a_join(slurm: SlurmTestCluster, outputs: list[str],
                 fresh_results: None) -> None:
     test_join.test_jobs_join_a_running_study_leave_without_losing_or_doubling_work(slurm,
                                                                                    outputs)
@@ -113,7 +104,7 @@ def test_a_ray_without_what_a_speed_patch_reads_runs_with_it_off(
     every worker itself; the study runs as before."""
     from ray._private.workers import setup_worker
 
-    _forget()
+    forget_ray_and_decisions()
     monkeypatch.delenv(gate.SWITCH)
     monkeypatch.delattr(setup_worker, "parser")
     try:
@@ -126,7 +117,7 @@ def test_a_ray_without_what_a_speed_patch_reads_runs_with_it_off(
         assert not decision.on and "setup_worker" in decision.off_why, decision
         assert gate.is_on("fit-speed") and gate.is_on("lean-head")  # the others stay on
     finally:
-        _forget()
+        forget_ray_and_decisions()
     frame = result.dataframe
     assert result.errors == 0 and set(frame["status"]) == {"TERMINATED"}, frame
     rows = trial_rows(result.path)

@@ -191,8 +191,7 @@ def _unlisted(overrides: list[tuple[type, str]], cls: type) -> list[str]:
 
 def test_every_override_of_a_ray_private_method_is_listed() -> None:
     """An override cannot move into an adapter: hpo.ray_adapters.tune_guards lists each one (with
-    the
-    parameters of Ray's and of hpo's method) and checks Ray still has it."""
+    the parameters of Ray's and of hpo's method) and checks Ray still has it."""
     from hpo.ray_adapters.tune_guards import OVERRIDDEN_HOOKS
 
     classes = _ray_subclasses()

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from calls import ROOT, trial_rows
+from calls import ROOT, SUPPORT, trial_rows
 from snapshot_watch import PERIOD_S, SPEC, SnapshotWatch, named_checkpoints
 
 import hpo
@@ -56,7 +56,7 @@ def test_a_driver_killed_when_its_snapshot_names_a_dropped_checkpoint_resumes_ex
     """SIGKILL at the first step where the folder's snapshot names a checkpoint Tune has
     dropped: that checkpoint is still there, and `hpo resume` restarts from it."""
     # the watch is pickled with it
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "support")}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     killed = subprocess.run([sys.executable, "tests/support/snapshot_watch.py", str(tmp_path), "k"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert killed.returncode == -9, killed.stderr[-2000:]

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from calls import hpo_cli
+from calls import SUPPORT, hpo_cli
 
 from hpo.driver.backends.ray_log import RunLog
 from hpo.driver.guards import storage_faults
@@ -28,9 +28,6 @@ from hpo.driver.guards.storage_faults import Fault, StorageWatch, classify, stor
 from hpo.driver.plugins.trial_logs import StorageReserve
 from hpo.errors import StorageError
 from hpo.results import load_results
-
-HERE = Path(__file__).resolve().parent
-SUPPORT = HERE.parent / "support"
 
 STEPS = 5
 SPEC = f"""

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from calls import trial_rows
+from calls import ROOT, SUPPORT, trial_rows
 from stop_points import SPEC, StopAt
 
 import hpo
@@ -23,7 +23,6 @@ from hpo.spec import tracking
 from hpo.spec.load import spec_from_dict
 
 HERE = Path(__file__).resolve().parent
-SUPPORT = HERE.parent / "support"
 CPUS = 2
 
 
@@ -191,7 +190,7 @@ def test_wandb_online_without_a_key_is_refused_by_the_cli(tmp_path: Path) -> Non
     space.write_text(yaml.safe_dump(_spec(tmp_path, "tests/support/study_trainables.py:steady",
                                           {"wandb": {"project": "p", "mode": "online"}})))
     done = subprocess.run([sys.executable, "-m", "hpo", "run", str(space), "--cpus", "2"],
-                          cwd=HERE.parents[1], env=env, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stdout + done.stderr
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 import yaml
-from calls import hpo_cli
+from calls import SUPPORT, hpo_cli
 
 import hpo
 from hpo.results import load_results
 
-STEADY = f"{Path(__file__).resolve().parents[1] / 'support' / 'study_trainables.py'}:steady"
+STEADY = f"{SUPPORT / 'study_trainables.py'}:steady"
 
 
 def _spec(tmp_path: Path, name: str, search: dict[str, Any], high: float,

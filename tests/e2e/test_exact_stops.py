@@ -1,8 +1,7 @@
 """A stop at any instant, then `hpo resume`: every trial's history is exactly 1..N, once each.
 
 The stops are injected at exact instants (tests/support/stop_points.py): after a trial's result row
-is
-written and before Tune registers the checkpoint reported with it, where a stop used to leave
+is written and before Tune registers the checkpoint reported with it, where a stop used to leave
 `[1, 2, 3, 4, 5, 5, 6, ...]`. Histories are compared as lists, never as sets.
 """
 
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from calls import ROOT, trial_rows
+from calls import ROOT, SUPPORT, trial_rows
 from exact_histories import EXACT, STEPS, assert_exact
 from stop_points import SPEC, StopAt
 
@@ -38,9 +37,9 @@ def test_stop_between_row_and_checkpoint_then_resume_is_exact(
     """Ctrl+C (to the process group, as a terminal sends it), SIGTERM and USR1: one line with
     the resume hint, the last frame shows the unfinished trials, well within 30 s."""
     storage = tmp_path / "results"
-    command = [sys.executable, str(ROOT / "tests" / "support" / "stop_points.py"),
+    command = [sys.executable, str(SUPPORT / "stop_points.py"),
                str(storage), "s", signame, "1", "4", *(["--group"] if group else [])]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "support"), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT), "PYTHONUNBUFFERED": "1"}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300, start_new_session=True)
     ended = time.time()
@@ -104,7 +103,7 @@ def test_rows_a_lagging_storage_copy_lacks_come_back_from_the_kept_checkpoints(
     for name in ("result.json", "progress.csv"):
         cut_after(trial_dir / name, 4)
     # in a new process, as after a kill: this one's Ray still holds the staging copy
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "support")}  # StopAt is pickled with it
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}  # StopAt is pickled with it
     resumed = subprocess.run([sys.executable, "-m", "hpo", "resume", str(tmp_path / "lag")],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from calls import ROOT
+from calls import ROOT, SUPPORT
 from exact_histories import assert_exact
 
 from hpo.install.horovod.cache import cache_root
@@ -84,7 +84,7 @@ def _run(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HPO_RAY_PATCHES")}
     return subprocess.run([str(python), *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=600, env={**env, "PYTHONUNBUFFERED": "1",
-                                            "PYTHONPATH": str(ROOT / "tests" / "support")})
+                                            "PYTHONPATH": str(SUPPORT)})
 
 
 def test_doctor_finds_the_oldest_ray_tested_and_every_patch_applies(oldest: Path) -> None:
@@ -101,7 +101,7 @@ def test_doctor_finds_the_oldest_ray_tested_and_every_patch_applies(oldest: Path
 
 def test_a_run_stopped_by_a_signal_resumes_exactly(oldest: Path, tmp_path: Path) -> None:
     storage = tmp_path / "results"
-    stopped = _run(oldest, str(ROOT / "tests" / "support" / "stop_points.py"), str(storage), "s",
+    stopped = _run(oldest, str(SUPPORT / "stop_points.py"), str(storage), "s",
                    "SIGUSR1", "1", "4")
     assert (storage / "s.fired").exists(), stopped.stderr[-3000:]
     assert stopped.returncode == 1 and "stopped by SIGUSR1" in stopped.stderr, \

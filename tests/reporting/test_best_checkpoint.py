@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from calls import ROOT, cli_invoke, trial_rows
+from calls import SUPPORT, cli_invoke, trial_rows
 from stop_points import StopAt
 
 import hpo
@@ -21,7 +21,7 @@ from hpo.errors import ConfigError, ExperimentError
 from hpo.results import BEST_CHECKPOINT, BEST_RECORD, SWAPPED_OUT, kept_best
 from hpo.spec.load import spec_from_dict
 
-TRAINABLE = f"{ROOT / 'tests' / 'support' / 'best_trainables.py'}:peaks"
+TRAINABLE = f"{SUPPORT / 'best_trainables.py'}:peaks"
 STEPS, PEAK = 8, 3
 
 

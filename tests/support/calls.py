@@ -12,7 +12,8 @@ from pathlib import Path
 
 from tier_markers import check_cli_marked
 
-ROOT = Path(__file__).resolve().parents[2]
+SUPPORT = Path(__file__).resolve().parent  # the tests' shared helpers and trainables
+ROOT = SUPPORT.parents[1]
 
 
 def hpo_cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from calls import ROOT, trial_rows
+from calls import ROOT, SUPPORT, trial_rows
 
 from hpo.errors import ExperimentError
 from hpo.results import load_results
 from testing.slurm_cluster import SlurmTestCluster, Unavailable
 
 VENV = Path(sys.executable).parent.parent
-DP_TRAINABLES = Path(__file__).parent / "dp_trainables.py"
-GPU_TRAINABLES = Path(__file__).parent / "gpu_trainables.py"
+DP_TRAINABLES = SUPPORT / "dp_trainables.py"
+GPU_TRAINABLES = SUPPORT / "gpu_trainables.py"
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from calls import ROOT, cli_invoke, hpo_cli, trial_rows
+from calls import ROOT, SUPPORT, cli_invoke, hpo_cli, trial_rows
 
 import hpo
 from hpo.reporting import build_report
@@ -24,7 +24,7 @@ from hpo.results import load_results
 from hpo.trial import cost
 
 HERE = "tests/trial/test_cost.py"
-DP_TRAINABLES = str(Path(__file__).parents[1] / "support" / "dp_trainables.py")
+DP_TRAINABLES = str(SUPPORT / "dp_trainables.py")
 
 
 def timed(config: dict[str, Any]) -> None:
@@ -308,7 +308,7 @@ def _run_with_gpus(tmp_path: Path, fake: Path, name: str, resources: dict[str, A
     """`hpo run` in a process whose Ray has two (declared) GPUs and the fake pynvml."""
     space = tmp_path / f"{name}.yaml"
     space.write_text(yaml.safe_dump(_spec(tmp_path, name, resources=resources, **extra)))
-    env = {"PYTHONPATH": os.pathsep.join([str(fake), str(ROOT), str(ROOT / "tests" / "support")]),
+    env = {"PYTHONPATH": os.pathsep.join([str(fake), str(ROOT), str(SUPPORT)]),
            "RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": 4, "GPU": 2})}
     with pytest.MonkeyPatch.context() as patch:  # hpo_cli passes this process's environment
         for key, value in env.items():

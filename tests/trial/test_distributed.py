@@ -8,12 +8,12 @@ from typing import Any
 import dp_trainables
 import numpy as np
 import pytest
-from calls import trial_rows
+from calls import SUPPORT, trial_rows
 
 import hpo
 
 pytestmark = pytest.mark.slow
-TRAINABLES = str(Path(__file__).parents[1] / "support" / "dp_trainables.py")
+TRAINABLES = str(SUPPORT / "dp_trainables.py")
 BACKENDS = ["horovod", "ddp"]
 
 

@@ -1,12 +1,10 @@
 """`ray start` with its node's workers forked (hpo.ray_adapters.fast_start.fork_server): Ray's own
-command, run
-in this process inside hpo.ray_adapters.fast_start.lean_head.lean_head, as an embedded run starts
-its
-node, with hpo's stub (hpo.ray_adapters.fast_start.worker_stub) as the raylet's worker command. A
-warm local
-Ray's head uses it (hpo.driver.backends.warm_head), and so does each node of a Slurm job
-(hpo.cluster.node), where a fresh worker would import Ray, Tune and their libraries from the
-site's shared file system (about 2 CPU-s each here, and every worker of a node at once):
+command, run in this process inside hpo.ray_adapters.fast_start.lean_head.lean_head, as an embedded
+run starts its node, with hpo's stub (hpo.ray_adapters.fast_start.worker_stub) as the raylet's
+worker command. A warm local Ray's head uses it (hpo.driver.backends.warm_head), and so does each
+node of a Slurm job (hpo.cluster.node), where a fresh worker would import Ray, Tune and their
+libraries from the site's shared file system (about 2 CPU-s each here, and every worker of a node at
+once):
 
     python -m hpo.driver.backends.node_start PRIVATE_DIR PRELOAD_FILE [ray start's arguments]
 

@@ -45,9 +45,8 @@ def _lean_head(forks: fork_server.ForkServer | None,
     (--no-monitor, --include-log-monitor=false) and none for the dashboard process; `ray.init`
     has none at all, so they are set for this call only. With a fork server, the raylet's
     worker command is its stub (hpo.ray_adapters.fast_start.fork_server). `ray.init` also sees the
-    node
-    registered within 20 ms instead of Ray's 1 s look (hpo.ray_adapters.fast_start.lean_head). Its
-    runtime-env agent gets agent_port, held for it, and starts once asked
+    node registered within 20 ms instead of Ray's 1 s look (hpo.ray_adapters.fast_start.lean_head).
+    Its runtime-env agent gets agent_port, held for it, and starts once asked
     (runtime_env_private)."""
     def started(raylet_pid: int) -> None:
         runtime_env.note_raylet(raylet_pid)

@@ -3,8 +3,7 @@ this process inside hpo.ray_adapters.fast_start.lean_head.lean_head, as an embed
 node: no dashboard process, a minimal dashboard agent niced. Where workers can be forked
 (hpo.ray_adapters.fast_start.fork_server.available), its raylet's worker command is hpo's stub
 (hpo.ray_adapters.fast_start.worker_stub), which asks the fork server of the worker's own job (each
-`hpo run`
-on the warm Ray starts one: its workers are forks, not fresh Pythons that import Ray and
+`hpo run` on the warm Ray starts one: its workers are forks, not fresh Pythons that import Ray and
 Tune again, about 2 CPU-s each), and its last line of output is the raylet's pid.
 
     python -m hpo.driver.backends.warm_head SOCKET [ray start's arguments]

@@ -4,8 +4,7 @@ every reach into Ray's private parts for it, in one place, as read from Ray 2.60
 hpo installs Ray without its dashboard's packages, so the raylet starts its dashboard agent
 with --minimal: it serves nothing and writes -1 (no such service) to three port files, which
 the raylet waits for before it registers its node. hpo.ray_adapters.fast_start.lean_head.lean_head
-has
-Ray find out at once that the agent is minimal, writes its port files ahead, and starts it at
+has Ray find out at once that the agent is minimal, writes its port files ahead, and starts it at
 the lowest CPU priority: nothing waits for it then, even where it starts late on a busy node.
 
 Ray names none of these public; tests/driver/test_ray_private.py checks each against the installed

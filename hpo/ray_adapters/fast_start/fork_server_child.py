@@ -66,8 +66,7 @@ def _as_setup_worker(args: list[str]) -> list[str]:
     """Do what setup_worker.py does before its exec: parse its own arguments off with its own
     parser and set the runtime env's variables (only those the stub lets through:
     hpo.ray_adapters.fast_start.worker_stub.READ_LATE, or repeated values); return what it would
-    exec, the
-    interpreter flags dropped (this one has them)."""
+    exec, the interpreter flags dropped (this one has them)."""
     from ray._private.runtime_env.context import RuntimeEnvContext
     from ray._private.utils import update_envs
     from ray._private.workers.setup_worker import parser

@@ -1,8 +1,7 @@
 """The fork server's loop (hpo.ray_adapters.fast_start.fork_server_process): a stub's request read
 and judged,
-a worker forked for it (hpo.ray_adapters.fast_start.fork_server_child), the worker's end reported
-to the stub;
-the driver's orders (modules to import for the forks after, or to stop) read between.
+a worker forked for it (hpo.ray_adapters.fast_start.fork_server_child), the worker's end reported to
+the stub; the driver's orders (modules to import for the forks after, or to stop) read between.
 
 The first fork that fails its start (os.fork failing, or a fork that ends before it registers
 with its raylet: fork_server_child.FAILED_START, its stub then told to start Ray's own worker

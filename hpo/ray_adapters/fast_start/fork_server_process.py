@@ -1,6 +1,5 @@
 """The fork server's own process (started by hpo.ray_adapters.fast_start.fork_server): it imports
-what every
-worker imports, once, then forks a worker for each stub that asks
+what every worker imports, once, then forks a worker for each stub that asks
 (hpo.ray_adapters.fast_start.worker_stub).
 
 A fork is what a fresh worker would be: the environment, working directory and stdio of the
@@ -156,8 +155,7 @@ def fresh_ray_ids() -> bool:
 def missing() -> list[str]:
     """What the server reads of Ray's private parts that the installed Ray lacks (those of
     its forks: hpo.ray_adapters.fast_start.fork_server_child): where an actor class draws its ID,
-    the
-    per-process flags."""
+    the per-process flags."""
     import ray.actor
     from ray._private import ray_constants
 

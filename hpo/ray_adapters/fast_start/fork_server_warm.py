@@ -1,7 +1,6 @@
 """Work every fresh worker repeats before its first step that the fork server does once, for
 all its forks (hpo.ray_adapters.fast_start.fork_server_process): a forked worker's own CPU to its
-first step
-went from 48 to 39 ms (medians of six interleaved pairs, docs/benchmarks.md).
+first step went from 48 to 39 ms (medians of six interleaved pairs, docs/benchmarks.md).
 
   - the worker's main script (Ray's default_worker.py), which `runpy.run_path` compiles
     from source in each worker (2 ms): compiled once, run as run_path runs it;

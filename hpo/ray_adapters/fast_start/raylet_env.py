@@ -28,8 +28,7 @@ def stubs_env(socket_path: str) -> dict[str, str]:
 def ray_setup_worker() -> str:
     """Ray's setup_worker.py, beside its default_worker.py in ray/_private/workers/, found
     without importing Ray: `hpo run` starts the server before hpo.driver.backends.ray_session
-    imports
-    Ray, local-only (loopback), beside the server's own imports."""
+    imports Ray, local-only (loopback), beside the server's own imports."""
     spec = importlib.util.find_spec("ray")
     places = spec.submodule_search_locations if spec is not None else None
     root = Path(places[0]) if places else Path("ray")
